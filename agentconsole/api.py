@@ -1,0 +1,72 @@
+"""HTTP API plumbing shared by every app: the one exception handler.
+
+Every error leaves the API as ``{"code", "message", "extra"}``. Codes are stable and shared with the
+console, the websocket and scenario output; ``message`` is for humans and may change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+# DRF exceptions whose code is not simply their ``default_code`` upper-cased.
+_DRF_CODES: dict[type[exceptions.APIException], str] = {
+    exceptions.ValidationError: "VALIDATION_ERROR",
+    exceptions.ParseError: "MALFORMED_REQUEST",
+    exceptions.NotAuthenticated: "NOT_AUTHENTICATED",
+    exceptions.PermissionDenied: "PERMISSION_DENIED",
+    exceptions.NotFound: "NOT_FOUND",
+}
+
+
+def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "extra": extra or {}}
+
+
+def _drf_code(exc: exceptions.APIException) -> str:
+    for cls in type(exc).__mro__:
+        if cls in _DRF_CODES:
+            return _DRF_CODES[cls]
+    return str(exc.default_code).upper()
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Render DRF, Django and domain errors in one shape; return None for anything else (a 500)."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+
+    if isinstance(exc, exceptions.APIException):
+        # DRF's handler sets WWW-Authenticate / Retry-After headers and rolls back the atomic
+        # request; keep that, replace only the body.
+        response = drf_exception_handler(exc, context)
+        if response is None:  # pragma: no cover - DRF handles every APIException
+            return None
+        if isinstance(exc, exceptions.ValidationError):
+            detail = exc.detail
+            extra = {"fields": detail} if isinstance(detail, dict) else {"errors": detail}
+            response.data = error_body("VALIDATION_ERROR", "Invalid input.", extra)
+        else:
+            extra = {"wait": exc.wait} if isinstance(exc, exceptions.Throttled) else {}
+            response.data = error_body(_drf_code(exc), str(exc.detail), extra)
+        return response
+
+    # Domain errors (plain Python, no DRF import) carry a stable `code` and an `http_status`.
+    code = getattr(exc, "code", None)
+    status = getattr(exc, "http_status", None)
+    if isinstance(code, str) and isinstance(status, int):
+        set_rollback()
+        message = getattr(exc, "message", None) or str(exc) or code
+        extra = getattr(exc, "extra", None)
+        return Response(
+            error_body(code, str(message), extra if isinstance(extra, dict) else {}),
+            status=status,
+        )
+    return None

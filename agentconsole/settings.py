@@ -1,0 +1,218 @@
+"""Settings for agentconsole, read from the environment only.
+
+With no environment at all the project runs in its *embedded* mode: a SQLite file, an in-memory
+channel layer and a Celery worker fed by kombu's filesystem transport, all under ``var/``. Setting
+``DATABASE_URL`` and ``REDIS_URL`` switches to the scale-out deployment (PostgreSQL, Redis) without
+any code change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+VAR_DIR.mkdir(exist_ok=True)
+
+
+def _env_bool(name: str, default: str) -> bool:
+    return os.environ.get(name, default).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _dev_secret_key() -> str:
+    """Read ``var/secret_key``, creating it on first use (dev only; ``var/`` is never committed).
+
+    The web server and the worker import settings at the same moment on first start, so the key is
+    written to a temporary file and hard-linked into place: ``os.link`` fails if another process won
+    the race, and then everyone reads the winner's key. No reader ever sees a half-written file.
+    """
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+    return path.read_text().strip()
+
+
+SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
+DEBUG = _env_bool("DEBUG", "1")
+ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+
+INSTALLED_APPS = [
+    # daphne first: it replaces `runserver` with an ASGI server that also speaks websockets.
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "channels",
+    "policy",
+    "runs",
+    "memory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentconsole.urls"
+WSGI_APPLICATION = "agentconsole.wsgi.application"
+ASGI_APPLICATION = "agentconsole.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------------
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Wait for the writer lock instead of failing at once: web and worker share one file.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # A file, not the default in-memory database, so that a real worker process started by a
+    # test can open the same test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # No persistent connections: Celery prefork children and daphne threads must not share or
+    # leak them.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # 1 MiB
+
+# --- HTTP API ---------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "agentconsole.api.exception_handler",
+}
+
+# --- Realtime and workers ---------------------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        },
+    }
+else:
+    # Per process only: the doorbell rings within the web process; consumers also tail the
+    # database, which is the truth in both deployments.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # Embedded mode: a real worker process with no broker server. Producers and the worker share
+    # one folder; kombu locks each message file while taking it.
+    _broker_queue = VAR_DIR / "broker" / "queue"
+    _broker_processed = VAR_DIR / "broker" / "processed"
+    _broker_control = VAR_DIR / "broker" / "control"
+    for _folder in (_broker_queue, _broker_processed, _broker_control):
+        os.makedirs(_folder, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_queue),
+        "data_folder_out": str(_broker_queue),
+        "processed_folder": str(_broker_processed),
+        # Exchange tables for fanout (worker remote control); kombu's default is ./control.
+        "control_folder": str(_broker_control),
+    }
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Outcomes live in the database (runs, ledger); Celery results would be a second, weaker truth.
+CELERY_TASK_IGNORE_RESULT = True
+# Acknowledge after the task body: a worker killed mid-task leaves the message for redelivery
+# (where the broker supports it); tasks are idempotent by ledger token.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# --- agentconsole -----------------------------------------------------------------------------
+
+# Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
+AGENTCONSOLE_TOOLS: list[str] = []
+AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
+
+# Root under which tools such as write_artifact may write; nothing escapes it.
+AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
+    os.environ.get("AGENTCONSOLE_RUN_OUTPUT_ROOT", str(VAR_DIR / "run-output"))
+)
+
+# Server-side secrets injected into tools by the executor, keyed by tool name. They are never
+# logged and never appear in a proposal, an observation, the trace or a websocket frame.
+AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
+
+# --- Logging ----------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
+}

@@ -1,0 +1,19 @@
+from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.http import require_GET
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness only: the process answers HTTP. Checks nothing else, so it never flaps."""
+    return JsonResponse({"status": "ok"})
+
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+]
+# daphne does not serve static files; in DEBUG let Django do it (empty list otherwise).
+urlpatterns += staticfiles_urlpatterns()

@@ -1,0 +1,120 @@
+"""The one place that picks concrete adapters: the tool registry, planners, the store, the runner.
+
+Integrators add tools through ``settings.AGENTCONSOLE_TOOLS``: a list of dotted paths, each to
+a ``ToolContract``, to a callable returning one (or a list), or to a module exposing ``TOOLS``
+(a list of contracts) or ``contract()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from memory import tools as memory_tools
+from memory.domain.preferences import DEFAULT_KEYS, KeyPolicy, build_policies
+from policy.domain.contracts import ToolContract
+from policy.domain.errors import RegistryError
+from policy.domain.registry import ToolRegistry
+from runs.domain.planning import FixturePlanner, Planner, PlannerError
+from runs.domain.runner import Runner
+from runs.executor import ThreadExecutor
+from runs.store import OrmRunStore
+from runs.tools import artifacts, search
+
+
+@functools.cache
+def memory_policies() -> dict[str, KeyPolicy]:
+    return build_policies(getattr(settings, "AGENTCONSOLE_MEMORY_KEYS", DEFAULT_KEYS))
+
+
+def _contracts_from(obj: Any, path: str) -> list[ToolContract]:
+    if isinstance(obj, ToolContract):
+        return [obj]
+    if isinstance(obj, ModuleType):
+        if hasattr(obj, "TOOLS"):
+            return _contracts_from(list(obj.TOOLS), path)
+        if hasattr(obj, "contract"):
+            return _contracts_from(obj.contract, path)
+        raise ImproperlyConfigured(f"{path}: module has neither TOOLS nor contract()")
+    if isinstance(obj, list | tuple):
+        out: list[ToolContract] = []
+        for item in obj:
+            out.extend(_contracts_from(item, path))
+        return out
+    if callable(obj):
+        return _contracts_from(obj(), path)
+    raise ImproperlyConfigured(f"{path} is not a ToolContract, a list of them or a factory")
+
+
+def _import(path: str) -> Any:
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        module_path, _, attr = path.rpartition(".")
+        try:
+            return getattr(importlib.import_module(module_path), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"AGENTCONSOLE_TOOLS: cannot import {path!r}") from exc
+
+
+def builtin_contracts() -> list[ToolContract]:
+    return [search.contract(), artifacts.contract(), memory_tools.contract(memory_policies())]
+
+
+def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:
+    out: list[ToolContract] = []
+    for path in paths:
+        out.extend(_contracts_from(_import(path), path))
+    return out
+
+
+@functools.cache
+def registry() -> ToolRegistry:
+    try:
+        return ToolRegistry(
+            builtin_contracts() + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
+        )
+    except RegistryError as exc:
+        raise ImproperlyConfigured(str(exc)) from exc
+
+
+def planner_for(config: dict[str, Any]) -> Planner:
+    kind = config.get("kind", "fixture")
+    if kind == "fixture":
+        return FixturePlanner(list(config.get("outputs", [])))
+    raise PlannerError(f"unknown planner kind {kind!r}", code="UNKNOWN_PLANNER")
+
+
+def store() -> OrmRunStore:
+    from runs.doorbell import ring_after_commit
+
+    return OrmRunStore(on_commit_events=ring_after_commit)
+
+
+def executor() -> ThreadExecutor:
+    return ThreadExecutor(
+        registry=registry(),
+        secrets=getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
+        services={"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
+        # A tool thread opens its own database connection; close it when the thread ends.
+        on_thread_exit=connections.close_all,
+    )
+
+
+def runner() -> Runner:
+    from memory.selectors import preferences_for_planner
+
+    return Runner(
+        store=store(),
+        registry=registry(),
+        executor=executor(),
+        planner_for=planner_for,
+        context_extras=lambda state: preferences_for_planner(subject=state.subject),
+    )

@@ -1,0 +1,1 @@
+"""Memory domain core: key policy, working memory. No Django here."""

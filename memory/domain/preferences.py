@@ -1,0 +1,79 @@
+"""Long-term memory key policy (seed §9): a whitelist of keys, each with its value schema.
+
+The whitelist is configuration, but configuration can never admit an instruction-like key: a
+preference is data handed to the planner, never text that steers it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Keys that would let stored text act as an instruction. Refused whatever the configuration says.
+_FORBIDDEN_KEY = re.compile(r"(system|instruction|prompt|policy|role|approve|permission|grant)")
+_KEY_SHAPE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class KeyPolicyError(ValueError):
+    """The configured whitelist is unsafe or malformed (raised at start-up, not at run time)."""
+
+
+@dataclass(frozen=True)
+class KeyPolicy:
+    key: str
+    max_length: int = 40
+    allowed: tuple[str, ...] = ()
+    pattern: str | None = None
+    retention_days: int = 365
+
+    def __post_init__(self) -> None:
+        if not _KEY_SHAPE.match(self.key):
+            raise KeyPolicyError(f"memory key {self.key!r} is not a lower_snake_case name")
+        if _FORBIDDEN_KEY.search(self.key):
+            raise KeyPolicyError(f"memory key {self.key!r} looks like an instruction; refused")
+        if not 1 <= self.max_length <= 512:
+            raise KeyPolicyError(f"memory key {self.key!r}: max_length must be 1..512")
+        if self.retention_days < 1:
+            raise KeyPolicyError(f"memory key {self.key!r}: a retention period is required")
+
+    def violation(self, value: Any) -> tuple[str, str] | None:
+        if not isinstance(value, str) or not value:
+            return ("MEMORY_VALUE_INVALID", "value must be a non-empty string")
+        if len(value) > self.max_length:
+            return ("MEMORY_VALUE_TOO_LONG", f"{self.key} allows {self.max_length} characters")
+        if self.allowed and value not in self.allowed:
+            return ("MEMORY_VALUE_INVALID", f"{self.key} allows {list(self.allowed)}")
+        if self.pattern and not re.fullmatch(self.pattern, value):
+            return ("MEMORY_VALUE_INVALID", f"{self.key} must match {self.pattern}")
+        return None
+
+
+DEFAULT_KEYS: tuple[Mapping[str, Any], ...] = (
+    {"key": "answer_language", "max_length": 40, "pattern": r"[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*"},
+    {"key": "citation_style", "max_length": 40, "allowed": ("inline", "footnote", "endnote")},
+)
+
+
+def build_policies(config: Iterable[Mapping[str, Any]]) -> dict[str, KeyPolicy]:
+    policies: dict[str, KeyPolicy] = {}
+    for item in config:
+        item = dict(item)
+        if "allowed" in item:
+            item["allowed"] = tuple(item["allowed"])
+        policy = KeyPolicy(**item)
+        if policy.key in policies:
+            raise KeyPolicyError(f"memory key {policy.key!r} configured twice")
+        policies[policy.key] = policy
+    return policies
+
+
+def check_preference(
+    policies: Mapping[str, KeyPolicy], key: Any, value: Any
+) -> tuple[str, str] | None:
+    """The semantic check of a memory write: whitelisted key, then the key's value schema."""
+    policy = policies.get(key) if isinstance(key, str) else None
+    if policy is None:
+        return ("MEMORY_KEY_NOT_ALLOWED", "this key is not on the memory whitelist")
+    return policy.violation(value)

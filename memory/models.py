@@ -1,0 +1,75 @@
+"""Long-term memory records (seed §2.3, §9) and their full history.
+
+A record is written only by ``memory.services`` through the write protocol; every version is kept
+in ``PreferenceHistory``; revocation keeps a tombstone.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class PreferenceRecord(models.Model):
+    subject = models.CharField(max_length=128)
+    key = models.CharField(max_length=64)
+    value = models.CharField(max_length=512)
+    source_kind = models.CharField(max_length=32, default="user-confirmation")
+    confirmation_id = models.CharField(max_length=128)
+    version = models.PositiveIntegerField(default=1)
+    created_by_run = models.CharField(max_length=64, null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoke_reason = models.CharField(max_length=256, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["subject", "key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subject", "key"], name="preference_subject_key_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(source_kind="user-confirmation"), name="preference_source_is_user"
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="preference_version_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}:{self.key} v{self.version}"
+
+
+HISTORY_ACTIONS = ["write", "revoke", "purge", "erase"]
+
+
+class PreferenceHistory(models.Model):
+    record = models.ForeignKey(
+        PreferenceRecord, null=True, on_delete=models.SET_NULL, related_name="history"
+    )
+    subject = models.CharField(max_length=128, db_index=True)
+    key = models.CharField(max_length=64)
+    # Null after an erasure: the audit entry stays, the value does not.
+    value = models.CharField(max_length=512, null=True, blank=True)
+    version = models.PositiveIntegerField()
+    action = models.CharField(max_length=16)
+    confirmation_id = models.CharField(max_length=128, null=True, blank=True)
+    run_id = models.CharField(max_length=64, null=True, blank=True)
+    # A tool write under the same idempotency token is recorded once (a retried call is a no-op).
+    idempotency_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["subject", "key", "version", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=HISTORY_ACTIONS), name="history_action_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}:{self.key} v{self.version} {self.action}"

@@ -1,0 +1,1 @@
+"""Policy domain core: plain Python (stdlib, pydantic, jsonschema). No Django here."""

@@ -1,0 +1,84 @@
+"""User confirmations (seed §5.2): independent evidence bound to the exact proposal hash.
+
+A confirmation is approved, unexpired, of this run, for this hash, and used at most once
+(per-call). A pending, declined, consumed or expired one authorizes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policy.domain.canonical import per_run_confirmation_hash
+from policy.domain.contracts import ConfirmationMode, ToolContract
+
+
+class ConfirmationStatus(enum.StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DECLINED = "declined"
+    CONSUMED = "consumed"
+    EXPIRED = "expired"
+
+
+class Confirmation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    confirmation_id: str
+    run_id: str
+    proposal_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    status: ConfirmationStatus
+    expires_at_step: Annotated[int, Field(ge=0)]
+
+
+@dataclass(frozen=True)
+class ConfirmationCheck:
+    """``ok`` with the confirmation to consume; or ``needed`` (ask a person); or ``code``."""
+
+    ok: bool
+    confirmation_id: str | None = None
+    consume: bool = False
+    needed_hash: str | None = None
+    code: str | None = None
+
+
+def required_hash(contract: ToolContract, proposal_hash: str) -> str | None:
+    if contract.confirmation is ConfirmationMode.NEVER:
+        return None
+    if contract.confirmation is ConfirmationMode.PER_RUN:
+        return per_run_confirmation_hash(contract.name, contract.version)
+    return proposal_hash
+
+
+def check_confirmation(
+    *,
+    contract: ToolContract,
+    proposal_hash: str,
+    confirmations: Iterable[Confirmation],
+    run_id: str,
+    step: int,
+) -> ConfirmationCheck:
+    needed = required_hash(contract, proposal_hash)
+    if needed is None:
+        return ConfirmationCheck(ok=True)
+    declined = False
+    for c in confirmations:
+        if c.run_id != run_id or c.proposal_hash != needed:
+            continue
+        if c.status is ConfirmationStatus.APPROVED and c.expires_at_step >= step:
+            per_call = contract.confirmation is ConfirmationMode.PER_CALL
+            return ConfirmationCheck(ok=True, confirmation_id=c.confirmation_id, consume=per_call)
+        if c.status is ConfirmationStatus.DECLINED:
+            declined = True
+        if c.status is ConfirmationStatus.PENDING:
+            # Already asked and not yet answered: still waiting, never a second open request.
+            return ConfirmationCheck(
+                ok=False, needed_hash=needed, confirmation_id=c.confirmation_id
+            )
+    if declined:
+        return ConfirmationCheck(ok=False, code="CONFIRMATION_DECLINED")
+    return ConfirmationCheck(ok=False, needed_hash=needed)

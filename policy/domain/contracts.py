@@ -1,0 +1,220 @@
+"""The tool contract (SPEC §3, seed §3): a tool is not a function name.
+
+A contract states identity, input/output schema, capabilities, side effect, confirmation mode,
+timeout, which input fields may be logged, how the *resource* of a call is derived from its
+arguments (so a grant's scope can be checked), and the callables that execute, verify, reconcile
+and compensate. Concrete tools live on the Django side; this module only describes them.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from policy.domain.errors import RegistryError
+from policy.domain.proposals import ToolOutcome, TrustLabel, Verification
+
+
+class SideEffect(enum.StrEnum):
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent-write"
+    COMPENSATABLE_WRITE = "compensatable-write"
+    IRREVERSIBLE = "irreversible"
+
+
+class ConfirmationMode(enum.StrEnum):
+    NEVER = "never"
+    PER_RUN = "per-run"
+    PER_CALL = "per-call"
+
+
+class ResourceError(Exception):
+    """The arguments name a resource the contract refuses (semantic layer)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """Trusted facts about the run that a resource rule or semantic check may use."""
+
+    run_id: str
+    subject: str
+    step: int
+
+
+class ResourceRule(Protocol):
+    kind: str
+
+    def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str: ...
+
+
+@dataclass(frozen=True)
+class PathResource:
+    """A path argument, normalized; it can never escape ``root`` (``..``, absolute, backslash)."""
+
+    field: str = "path"
+    root: str = "run-output"
+    kind: str = "path"
+
+    def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str:
+        raw = arguments.get(self.field)
+        if not isinstance(raw, str) or not raw:
+            raise ResourceError("INVALID_PATH", f"{self.field} must be a non-empty string")
+        if "\\" in raw or "\x00" in raw or raw.startswith("/"):
+            raise ResourceError(
+                "PATH_OUTSIDE_ROOT", f"{self.field} must be relative to {self.root}/"
+            )
+        normalized = posixpath.normpath(raw)
+        root = self.root.rstrip("/")
+        if normalized == root or not normalized.startswith(root + "/"):
+            raise ResourceError("PATH_OUTSIDE_ROOT", f"{self.field} must stay under {root}/")
+        return normalized
+
+
+@dataclass(frozen=True)
+class SubjectResource:
+    """The call acts on the run's own subject (e.g. that user's long-term memory)."""
+
+    kind: str = "subject"
+
+    def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str:
+        return facts.subject
+
+
+@dataclass(frozen=True)
+class CorpusResource:
+    field: str = "corpus"
+    default: str = "public"
+    kind: str = "corpus"
+
+    def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str:
+        value = arguments.get(self.field, self.default)
+        if not isinstance(value, str) or not value:
+            raise ResourceError("INVALID_CORPUS", f"{self.field} must be a non-empty string")
+        return value
+
+
+def scope_covers(scope: str, resource: str) -> bool:
+    """A grant scope covers itself and what is below it: ``run-output`` covers ``run-output/a``."""
+    if scope == "*":
+        return True
+    scope = scope.rstrip("/")
+    return resource == scope or resource.startswith(scope + "/")
+
+
+class CancelSignal:
+    """Cooperative cancellation handed to a tool (the AbortSignal of seed §13)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def cancel(self, reason: str = "CANCEL_REQUESTED") -> None:
+        self.reason = reason
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True as soon as cancelled (a tool's interruptible point)."""
+        return self._event.wait(seconds)
+
+
+@dataclass
+class ToolContext:
+    """What the executor hands a tool. Secrets come from server settings, never from a proposal."""
+
+    run_id: str
+    subject: str
+    step: int
+    idempotency_token: str
+    deadline_ms: int
+    cancel: CancelSignal
+    confirmation_id: str | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    trace_headers: Mapping[str, str] = field(default_factory=dict)
+    services: Mapping[str, Any] = field(default_factory=dict)
+
+
+Execute = Callable[[dict[str, Any], ToolContext], ToolOutcome]
+Verify = Callable[[dict[str, Any], dict[str, Any], ToolContext], Verification]
+Reconcile = Callable[[str, dict[str, Any], ToolContext], ToolOutcome]
+Compensate = Callable[[dict[str, Any], ToolContext], ToolOutcome]
+SemanticCheck = Callable[[dict[str, Any], CallFacts], "tuple[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class PollingPolicy:
+    """A tool meant to be polled: identical calls allowed up to ``max_polls`` in a run."""
+
+    max_polls: int
+
+
+@dataclass(frozen=True)
+class ToolContract:
+    name: str
+    version: str
+    description: str
+    input_schema: Mapping[str, Any]
+    output_schema: Mapping[str, Any]
+    required_capabilities: tuple[str, ...]
+    side_effect: SideEffect
+    confirmation: ConfirmationMode
+    timeout_ms: int
+    execute: Execute
+    resource: ResourceRule | None = None
+    logged_fields: tuple[str, ...] = ()
+    redacted_fields: tuple[str, ...] = ()
+    output_trust: TrustLabel = TrustLabel.TRUSTED_TOOL
+    verify: Verify | None = None
+    reconcile: Reconcile | None = None
+    compensate: Compensate | None = None
+    semantic_checks: tuple[SemanticCheck, ...] = ()
+    polling: PollingPolicy | None = None
+    max_input_bytes: int = 16 * 1024
+    isolated: bool = False
+    secret_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.version:
+            raise RegistryError("a tool contract needs a name and a version")
+        if self.timeout_ms <= 0:
+            raise RegistryError(f"{self.name}: timeout_ms must be positive")
+        if self.input_schema.get("type") != "object":
+            raise RegistryError(f"{self.name}: input schema must describe an object")
+        if self.input_schema.get("additionalProperties", True) is not False:
+            # SPEC §3: unknown input fields are rejected; a contract may not opt out.
+            raise RegistryError(f"{self.name}: input schema must set additionalProperties: false")
+        overlap = set(self.logged_fields) & set(self.redacted_fields)
+        if overlap:
+            raise RegistryError(f"{self.name}: fields both logged and redacted: {sorted(overlap)}")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.name, self.version)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON description for planners, the console and the API (no callables)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "description": self.description,
+            "input_schema": dict(self.input_schema),
+            "output_schema": dict(self.output_schema),
+            "required_capabilities": list(self.required_capabilities),
+            "side_effect": self.side_effect.value,
+            "confirmation": self.confirmation.value,
+            "timeout_ms": self.timeout_ms,
+            "resource": getattr(self.resource, "kind", None),
+            "polling": {"max_polls": self.polling.max_polls} if self.polling else None,
+        }

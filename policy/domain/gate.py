@@ -1,0 +1,177 @@
+"""The policy gate (seed §4-§5): a pure function, one small function per layer.
+
+parse → registry → schema → semantic → authorization → confirmation → state → budget
+
+``evaluate`` returns exactly one decision. Only ``Execute`` carries a command; every other
+decision means the tool is not called. No I/O, no clock: ``now_ms`` is an input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from policy.domain import canonical as hashing
+from policy.domain.confirmations import Confirmation, check_confirmation
+from policy.domain.contracts import CallFacts, ResourceError
+from policy.domain.decisions import (
+    Decision,
+    Execute,
+    NeedsConfirmation,
+    Reject,
+    Stop,
+    _issue,
+)
+from policy.domain.grants import CapabilityGrant, authorize
+from policy.domain.proposals import ActionProposal
+from policy.domain.registry import RegisteredTool, ToolRegistry
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The trusted facts of the run the gate needs (a snapshot, never the proposal's claims)."""
+
+    run_id: str
+    subject: str
+    status: str
+    step: int
+    tool_calls: int
+    max_tool_calls: int
+    deadline_ms: int
+    unresolved_effects: int = 0
+
+
+class _Rejected(Exception):
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+
+
+def _lookup(registry: ToolRegistry, proposal: ActionProposal) -> RegisteredTool:
+    tool = registry.get(proposal.tool_name, proposal.tool_version)
+    if tool is None:
+        # Never import or guess: an unknown name or version is a rejection the planner may fix.
+        raise _Rejected(Reject("registry", "UNKNOWN_TOOL_OR_VERSION", "no such tool and version"))
+    return tool
+
+
+def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
+    violation = tool.input_violation(proposal.arguments)
+    if violation is not None:
+        raise _Rejected(Reject("schema", violation.code, violation.message))
+    size = len(hashing.canonical(proposal.arguments).encode("utf-8"))
+    if size > tool.contract.max_input_bytes:
+        raise _Rejected(Reject("schema", "ARGUMENTS_TOO_LARGE", f"{size} bytes"))
+    return dict(proposal.arguments)
+
+
+def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> str | None:
+    contract = tool.contract
+    resource = None
+    if contract.resource is not None:
+        try:
+            resource = contract.resource.derive(arguments, facts)
+        except ResourceError as exc:
+            raise _Rejected(Reject("semantic", exc.code, exc.message)) from None
+    for check in contract.semantic_checks:
+        failure = check(arguments, facts)
+        if failure is not None:
+            code, message = failure
+            raise _Rejected(Reject("semantic", code, message))
+    return resource
+
+
+def evaluate(
+    proposal: ActionProposal,
+    *,
+    run: RunView,
+    grants: Iterable[CapabilityGrant],
+    confirmations: Iterable[Confirmation],
+    registry: ToolRegistry,
+    now_ms: int,
+) -> Decision:
+    passed: list[str] = ["parse"]
+    try:
+        tool = _lookup(registry, proposal)
+        passed.append("registry")
+        arguments = _schema(tool, proposal)
+        passed.append("schema")
+        facts = CallFacts(run_id=run.run_id, subject=run.subject, step=run.step)
+        resource = _semantic(tool, arguments, facts)
+        passed.append("semantic")
+    except _Rejected as rejected:
+        return _with_passed(rejected.decision, passed)
+
+    contract = tool.contract
+    auth = authorize(
+        required=contract.required_capabilities,
+        grants=grants,
+        run_id=run.run_id,
+        step=run.step,
+        resource=resource,
+        arguments=arguments,
+    )
+    if not auth.ok:
+        return Reject(
+            "authorization", auth.code or "MISSING_CAPABILITY", auth.message, tuple(passed)
+        )
+    passed.append("authorization")
+
+    p_hash = hashing.proposal_hash(proposal.tool_name, proposal.tool_version, arguments)
+    confirmation = check_confirmation(
+        contract=contract,
+        proposal_hash=p_hash,
+        confirmations=confirmations,
+        run_id=run.run_id,
+        step=run.step,
+    )
+    if confirmation.code is not None:
+        return Reject("confirmation", confirmation.code, "the person declined", tuple(passed))
+    if not confirmation.ok:
+        return NeedsConfirmation(
+            proposal_hash=p_hash,
+            confirmation_hash=confirmation.needed_hash or p_hash,
+            existing_confirmation_id=confirmation.confirmation_id,
+            passed=tuple(passed),
+        )
+    passed.append("confirmation")
+
+    if run.status != "running":
+        return Reject("state", "RUN_NOT_RUNNING", f"run is {run.status}", tuple(passed))
+    if run.unresolved_effects:
+        # seed §15: after an unknown outcome no new action starts until it is reconciled.
+        return Stop("state", "UNRESOLVED_UNKNOWN_EFFECT", "reconcile first", tuple(passed))
+    passed.append("state")
+
+    if run.tool_calls >= run.max_tool_calls:
+        return Stop("budget", "MAX_TOOL_CALLS_REACHED", "tool-call budget spent", tuple(passed))
+    if now_ms >= run.deadline_ms:
+        return Stop("budget", "DEADLINE_REACHED", "run deadline passed", tuple(passed))
+    passed.append("budget")
+
+    args_hash = hashing.arguments_hash(arguments)
+    token = hashing.idempotency_token(run.run_id, proposal.proposal_id, contract.version, args_hash)
+    command = _issue(
+        command_id=f"{run.run_id}:{proposal.proposal_id}",
+        run_id=run.run_id,
+        proposal_id=proposal.proposal_id,
+        tool_name=contract.name,
+        tool_version=contract.version,
+        validated_arguments=arguments,
+        arguments_hash=args_hash,
+        proposal_hash=p_hash,
+        idempotency_token=token,
+        resource=resource,
+        # seed §13: a tool never gets more time than the run has left.
+        deadline_ms=min(run.deadline_ms, now_ms + contract.timeout_ms),
+        granted_capabilities=tuple(contract.required_capabilities),
+        grant_ids=auth.grant_ids,
+        confirmation_id=confirmation.confirmation_id,
+        consume_confirmation=confirmation.consume,
+    )
+    return Execute(command=command, passed=tuple(passed))
+
+
+def _with_passed(decision: Decision, passed: list[str]) -> Decision:
+    if isinstance(decision, Reject):
+        return Reject(decision.layer, decision.code, decision.message, tuple(passed))
+    return decision

@@ -1,0 +1,143 @@
+"""What a planner may say, and what the program says back (SPEC §3; seed §3.1, §6).
+
+A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into an
+``ActionProposal`` or ``FinalProposal`` or raises ``ParseError``; nothing here grants anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from policy.domain.canonical import canonical
+from policy.domain.errors import CanonicalError, ParseError
+
+MAX_ID_LENGTH = 128
+MAX_REASON_LENGTH = 2_000
+MAX_ANSWER_LENGTH = 20_000
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_SOURCE_IDS = 64
+
+_Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are an error: a planner that writes "capability": "memory:write" into its
+    # output gets a PARSE_ERROR, never an effect.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ActionProposal(_Strict):
+    kind: Literal["tool"] = "tool"
+    proposal_id: _Id
+    tool_name: Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+    tool_version: Annotated[str, Field(min_length=1, max_length=32)]
+    arguments: Any = None
+    reason_summary: Annotated[str, Field(max_length=MAX_REASON_LENGTH)] = ""
+    source_observation_ids: Annotated[list[_Id], Field(max_length=MAX_SOURCE_IDS)] = []
+
+
+class FinalProposal(_Strict):
+    kind: Literal["final"] = "final"
+    proposal_id: _Id | None = None
+    answer: Annotated[str, Field(min_length=1, max_length=MAX_ANSWER_LENGTH)]
+    citation_observation_ids: Annotated[list[_Id], Field(max_length=MAX_SOURCE_IDS)] = []
+
+
+PlannerOutput = Annotated[ActionProposal | FinalProposal, Field(discriminator="kind")]
+_planner_output = TypeAdapter(PlannerOutput)
+
+
+def parse_planner_output(raw: Any) -> ActionProposal | FinalProposal:
+    """Parse untrusted planner output. Raises ``ParseError`` with a stable code."""
+    if not isinstance(raw, dict):
+        raise ParseError("planner output must be a JSON object", code="PARSE_ERROR")
+    if raw.get("kind") not in ("tool", "final"):
+        raise ParseError("planner output kind must be 'tool' or 'final'", code="PARSE_ERROR")
+    try:
+        output = _planner_output.validate_python(raw)
+    except ValidationError as exc:
+        fields = sorted({".".join(str(p) for p in err["loc"][1:]) for err in exc.errors()})
+        raise ParseError("planner output does not match its schema", fields=fields) from exc
+    if isinstance(output, ActionProposal):
+        try:
+            size = len(canonical(output.arguments).encode("utf-8"))
+        except CanonicalError as exc:
+            raise ParseError(exc.message, code="PARSE_ERROR") from exc
+        if size > MAX_ARGUMENTS_BYTES:
+            raise ParseError("arguments are too large", code="ARGUMENTS_TOO_LARGE", size=size)
+    return output
+
+
+class TrustLabel(enum.StrEnum):
+    TRUSTED_TOOL = "trusted-tool"
+    UNTRUSTED_CONTENT = "untrusted-content"
+    POLICY = "policy"
+    USER = "user"
+
+
+class ObservationKind(enum.StrEnum):
+    USER_REQUEST = "user-request"
+    TOOL_RESULT = "tool-result"
+    POLICY_REJECTION = "policy-rejection"
+    HUMAN_DECISION = "human-decision"
+
+
+class Observation(BaseModel):
+    """Something the run learnt. Ids are deterministic: user-1, tool-<step>, policy-<step>."""
+
+    model_config = ConfigDict(frozen=True)
+
+    observation_id: str
+    kind: ObservationKind
+    trust: TrustLabel
+    step: int
+    content: dict[str, Any]
+    content_hash: str
+    # Only a verified tool result may back a final answer's citation.
+    citable: bool = False
+
+
+class OutcomeStatus(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class ToolOutcome(BaseModel):
+    """succeeded | rejected | failed(retryable) | unknown (seed §3.1)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: OutcomeStatus
+    value: dict[str, Any] | None = None
+    code: str | None = None
+    message: str = ""
+    retryable: bool = False
+
+    @classmethod
+    def succeeded(cls, value: dict[str, Any]) -> ToolOutcome:
+        return cls(status=OutcomeStatus.SUCCEEDED, value=value)
+
+    @classmethod
+    def rejected(cls, code: str, message: str = "") -> ToolOutcome:
+        return cls(status=OutcomeStatus.REJECTED, code=code, message=message)
+
+    @classmethod
+    def failed(cls, code: str, message: str = "", *, retryable: bool) -> ToolOutcome:
+        return cls(status=OutcomeStatus.FAILED, code=code, message=message, retryable=retryable)
+
+    @classmethod
+    def unknown(cls, code: str, message: str = "") -> ToolOutcome:
+        return cls(status=OutcomeStatus.UNKNOWN, code=code, message=message)
+
+
+class Verification(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    code: str | None = None
+    details: dict[str, Any] = {}

@@ -1,0 +1,81 @@
+"""Grants and confirmations: the trusted evidence the gate reads. Never written from a proposal."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from policy.domain.canonical import HASH_SCHEME
+from policy.domain.confirmations import ConfirmationStatus
+
+
+class Grant(models.Model):
+    id = models.CharField(primary_key=True, max_length=128)
+    run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="grants")
+    capability = models.CharField(max_length=64)
+    resource_scope = models.CharField(max_length=512)
+    expires_at_step = models.PositiveIntegerField()
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    calls_used = models.PositiveIntegerField(default=0)
+    constraints = models.JSONField(default=dict, blank=True)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_calls__isnull=True) | Q(calls_used__lte=models.F("max_calls")),
+                name="grant_calls_within_max",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.capability} on {self.resource_scope} ({self.run_id})"
+
+
+class Confirmation(models.Model):
+    id = models.CharField(primary_key=True, max_length=128)
+    run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="confirmations")
+    proposal_hash = models.CharField(max_length=64)
+    hash_scheme = models.CharField(max_length=8, default=HASH_SCHEME)
+    tool_name = models.CharField(max_length=128)
+    tool_version = models.CharField(max_length=32)
+    proposal = models.JSONField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=[(s.value, s.value) for s in ConfirmationStatus]
+    )
+    expires_at_step = models.PositiveIntegerField()
+    cites_untrusted = models.BooleanField(default=False)
+    origin = models.CharField(max_length=16, default="runtime")  # runtime | scenario
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in ConfirmationStatus]),
+                name="confirmation_status_valid",
+            ),
+            # The runtime asks at most once per proposal hash at a time: a second open request
+            # for the same hash would let two clicks authorize one proposal twice.
+            models.UniqueConstraint(
+                fields=["run", "proposal_hash"],
+                condition=Q(status="pending"),
+                name="confirmation_one_pending_per_hash",
+            ),
+        ]
+        indexes = [
+            # The operator queue: pending confirmations, newest first.
+            models.Index(fields=["status", "-requested_at"], name="confirmation_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.tool_name} {self.status}"

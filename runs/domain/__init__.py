@@ -1,0 +1,1 @@
+"""Runs domain core: state machine, budgets, loop guard, step decisions. No Django here."""

@@ -1,0 +1,15 @@
+"""Final-answer validator: a final must cite existing, verified tool-result observations."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from policy.domain.proposals import FinalProposal
+
+
+def final_violation(final: FinalProposal, citable_ids: Collection[str]) -> str | None:
+    """Return ``FINAL_CITATION_VALIDATION_FAILED`` unless every citation is citable."""
+    cited = final.citation_observation_ids
+    if not cited or any(obs_id not in citable_ids for obs_id in cited):
+        return "FINAL_CITATION_VALIDATION_FAILED"
+    return None

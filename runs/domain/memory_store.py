@@ -1,0 +1,166 @@
+"""In-memory adapter of ``RunStore``: the reference the ORM adapter is checked against (the
+conformance suite in tests/conformance runs both). A lock stands in for the database's atomicity.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.grants import CapabilityGrant
+from policy.domain.proposals import Observation
+from runs.domain.state import RunState
+from runs.domain.step import Commit
+
+
+class _Lookups:
+    def __init__(self, store: MemoryStore, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+
+    def seen_content(self, content_hash: str) -> bool:
+        return content_hash in self.store.content[self.run_id]
+
+    def trust_of(self, observation_ids: Collection[str]) -> Mapping[str, str]:
+        obs = self.store.observations[self.run_id]
+        return {i: obs[i].trust.value for i in observation_ids if i in obs}
+
+    def citable(self, observation_ids: Collection[str]) -> set[str]:
+        obs = self.store.observations[self.run_id]
+        return {i for i in observation_ids if i in obs and obs[i].citable}
+
+    def ledger_has(self, idempotency_token: str) -> bool:
+        return idempotency_token in self.store.ledger
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.runs: dict[str, RunState] = {}
+        self.events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.observations: dict[str, dict[str, Observation]] = defaultdict(dict)
+        self.content: dict[str, set[str]] = defaultdict(set)
+        self.ledger: dict[str, dict[str, Any]] = {}
+        self._grants: dict[str, dict[str, CapabilityGrant]] = defaultdict(dict)
+        self._confirmations: dict[str, dict[str, Confirmation]] = defaultdict(dict)
+        self._planner: dict[str, dict[str, Any]] = {}
+
+    def create(
+        self,
+        state: RunState,
+        *,
+        grants: Sequence[CapabilityGrant],
+        confirmations: Sequence[Confirmation],
+        planner: dict[str, Any],
+    ) -> RunState:
+        with self._lock:
+            self.runs[state.run_id] = state.model_copy(deep=True)
+            self._grants[state.run_id] = {g.grant_id: g for g in grants}
+            self._confirmations[state.run_id] = {c.confirmation_id: c for c in confirmations}
+            self._planner[state.run_id] = planner
+            return state.model_copy(deep=True)
+
+    def load(self, run_id: str) -> RunState:
+        with self._lock:
+            if run_id not in self.runs:
+                raise NotFound(f"no run {run_id}")
+            return self.runs[run_id].model_copy(deep=True)
+
+    def apply(self, commit: Commit) -> RunState:
+        state = commit.state
+        run_id = state.run_id
+        with self._lock:
+            if self.runs[run_id].version != commit.expected_version:
+                raise VersionConflict("run changed", run_id=run_id)
+            if commit.ledger_intent and commit.ledger_intent.idempotency_token in self.ledger:
+                raise VersionConflict("idempotency token already used", run_id=run_id)
+            decision = commit.confirmation_decision
+            if decision is not None:
+                current = self._confirmations[run_id].get(decision[0])
+                if current is None or current.status is not ConfirmationStatus.PENDING:
+                    raise VersionConflict("confirmation already decided", run_id=run_id)
+                status = ConfirmationStatus.APPROVED if decision[1] else ConfirmationStatus.DECLINED
+                self._confirmations[run_id][decision[0]] = current.model_copy(
+                    update={"status": status}
+                )
+            seq = state.trace_seq
+            for draft in commit.events:
+                seq += 1
+                self.events[run_id].append(
+                    {
+                        "sequence": seq,
+                        "event": draft.event,
+                        "proposal_id": draft.proposal_id,
+                        "details": dict(draft.details),
+                    }
+                )
+            state = state.model_copy(update={"trace_seq": seq}, deep=True)
+            for obs in commit.observations:
+                self.observations[run_id][obs.observation_id] = obs
+                self.content[run_id].add(obs.content_hash)
+            if commit.ledger_intent is not None:
+                c = commit.ledger_intent
+                self.ledger[c.idempotency_token] = {
+                    "run_id": run_id,
+                    "idempotency_token": c.idempotency_token,
+                    "proposal_id": c.proposal_id,
+                    "tool_name": c.tool_name,
+                    "tool_version": c.tool_version,
+                    "arguments_hash": c.arguments_hash,
+                    "status": "started",
+                    "outcome": None,
+                    "verification": None,
+                    "attempt": 1,
+                }
+            if commit.ledger_settle is not None:
+                s = commit.ledger_settle
+                row = self.ledger[s.idempotency_token]
+                row.update(status=s.status, outcome=s.outcome, verification=s.verification)
+            if commit.confirmation_request is not None:
+                r = commit.confirmation_request
+                self._confirmations[run_id][r.confirmation_id] = Confirmation(
+                    confirmation_id=r.confirmation_id,
+                    run_id=run_id,
+                    proposal_hash=r.proposal_hash,
+                    status=ConfirmationStatus.PENDING,
+                    expires_at_step=r.expires_at_step,
+                )
+            if commit.consume_confirmation is not None:
+                c = self._confirmations[run_id][commit.consume_confirmation]
+                self._confirmations[run_id][c.confirmation_id] = c.model_copy(
+                    update={"status": ConfirmationStatus.CONSUMED}
+                )
+            for grant_id in commit.grant_uses:
+                g = self._grants[run_id][grant_id]
+                self._grants[run_id][grant_id] = g.model_copy(
+                    update={"calls_used": g.calls_used + 1}
+                )
+            self.runs[run_id] = state
+            return state.model_copy(deep=True)
+
+    def grants(self, run_id: str) -> list[CapabilityGrant]:
+        with self._lock:
+            return list(self._grants[run_id].values())
+
+    def confirmations(self, run_id: str) -> list[Confirmation]:
+        with self._lock:
+            return list(self._confirmations[run_id].values())
+
+    def lookups(self, run_id: str) -> _Lookups:
+        return _Lookups(self, run_id)
+
+    def active_tool(self, run_id: str) -> bool:
+        with self._lock:
+            return any(
+                r["run_id"] == run_id and r["status"] == "started" for r in self.ledger.values()
+            )
+
+    def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
+        with self._lock:
+            return list(self.observations[run_id].values())[-limit:]
+
+    def planner_config(self, run_id: str) -> dict[str, Any]:
+        return self._planner[run_id]

@@ -1,0 +1,51 @@
+"""Planners propose; they never execute. The fixture planner replays scripted outputs and the
+trace marks them ``source=fixture`` — never as model output (seed §12)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from policy.domain.errors import DomainError
+from runs.domain.state import RunState
+
+
+class PlannerError(DomainError):
+    code = "PLANNER_FAILED"
+
+
+class PlannerExhausted(PlannerError):
+    code = "PLANNER_EXHAUSTED"
+
+
+@dataclass(frozen=True)
+class PlannerContext:
+    """The bounded view a planner sees: the goal, the recent observations (each with its trust
+    label), the tools it may propose, and structured preferences — never the whole history."""
+
+    goal: str
+    step: int
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    preferences: dict[str, Any] = field(default_factory=dict)
+
+
+class Planner(Protocol):
+    source: str
+
+    def next(self, state: RunState, context: PlannerContext) -> Any: ...
+
+
+class FixturePlanner:
+    source = "fixture"
+
+    def __init__(self, outputs: list[Any]) -> None:
+        self.outputs = outputs
+
+    def next(self, state: RunState, context: PlannerContext) -> Any:
+        # The cursor lives in the authoritative run state, so a resumed run continues where it
+        # was and never replays step one.
+        if state.planner_cursor >= len(self.outputs):
+            raise PlannerExhausted("the fixture planner has no more outputs")
+        return copy.deepcopy(self.outputs[state.planner_cursor])

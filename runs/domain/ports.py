@@ -1,0 +1,51 @@
+"""Ports the runner talks to (STYLE habit 2). An in-memory adapter (``memory_store``) and the ORM
+adapter (``runs.store``) implement them and pass one conformance suite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from policy.domain.confirmations import Confirmation
+from policy.domain.grants import CapabilityGrant
+from policy.domain.proposals import Observation
+from runs.domain.state import RunState
+from runs.domain.step import Commit, Lookups
+
+
+class RunStore(Protocol):
+    def create(
+        self,
+        state: RunState,
+        *,
+        grants: Sequence[CapabilityGrant],
+        confirmations: Sequence[Confirmation],
+        planner: dict[str, Any],
+    ) -> RunState: ...
+
+    def load(self, run_id: str) -> RunState: ...
+
+    def apply(self, commit: Commit) -> RunState:
+        """Write the commit atomically iff the run is still at ``commit.expected_version``;
+        raise ``VersionConflict`` otherwise (nothing written)."""
+        ...
+
+    def grants(self, run_id: str) -> list[CapabilityGrant]: ...
+
+    def confirmations(self, run_id: str) -> list[Confirmation]: ...
+
+    def lookups(self, run_id: str) -> Lookups: ...
+
+    def active_tool(self, run_id: str) -> bool: ...
+
+    def recent_observations(self, run_id: str, limit: int) -> list[Observation]: ...
+
+    def planner_config(self, run_id: str) -> dict[str, Any]: ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class Doorbell(Protocol):
+    def ring(self, run_id: str, sequence: int) -> None: ...

@@ -1,0 +1,60 @@
+"""The authoritative run state (seed §2.1): small, versioned, the only thing that says what a run
+may do next. Everything else (trace, observations, working memory) is derived or evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runs.domain.machine import Status
+
+
+class RunState(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    subject: str
+    goal: str
+    status: Status = Status.CREATED
+    version: int = 0
+    step: int = 0
+    max_steps: int
+    tool_calls: int = 0
+    max_tool_calls: int
+    max_repeated_proposal: int
+    deadline_ms: int
+    pending_proposal: dict[str, Any] | None = None
+    pending_confirmation_id: str | None = None
+    last_observation_id: str | None = None
+    stop_reason: str | None = None
+    answer: str | None = None
+    citations: list[str] = []
+    planner_cursor: int = 0
+    loop_guard: dict[str, Any] = {}
+    knowledge_version: int = 0
+    unresolved_effects: int = 0
+    trace_seq: int = 0
+    observation_seq: int = 0
+
+    def public(self) -> dict[str, Any]:
+        """The seed's RunState fields, snake_case, as scenario output and the API show them."""
+        return self.model_dump(
+            mode="json",
+            include={
+                "run_id",
+                "status",
+                "version",
+                "step",
+                "max_steps",
+                "tool_calls",
+                "max_tool_calls",
+                "max_repeated_proposal",
+                "deadline_ms",
+                "pending_proposal",
+                "last_observation_id",
+                "stop_reason",
+                "answer",
+                "citations",
+            },
+        )

@@ -1,0 +1,65 @@
+"""Trace event names (seed §2.4) and the controlled-summary rule for their details.
+
+Details hold summaries only: names, versions, statuses, codes, sizes, hashes, durations, ids.
+Full texts and outputs live in observations and artifacts, which are access-controlled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+RUN_CREATED = "run.created"
+RUN_STARTED = "run.started"
+PLANNER_OUTPUT = "planner.output"
+PROPOSAL_RECEIVED = "proposal.received"
+PROPOSAL_SCHEMA_VALIDATED = "proposal.schema.validated"
+POLICY_CAPABILITY_CHECKED = "policy.capability.checked"
+POLICY_CONFIRMATION_CHECKED = "policy.confirmation.checked"
+PROPOSAL_REJECTED = "proposal.rejected"
+PROPOSAL_WAITING_CONFIRMATION = "proposal.waiting-confirmation"
+PROPOSAL_LOOP_DETECTED = "proposal.loop-detected"
+CONFIRMATION_DECIDED = "confirmation.decided"
+TOOL_STARTED = "tool.started"
+TOOL_COMPLETED = "tool.completed"
+TOOL_RECONCILED = "tool.reconciled"
+TOOL_RESULT_VALIDATED = "tool.result.validated"
+TOOL_VERIFICATION_FAILED = "tool.verification-failed"
+FINAL_VALIDATED = "final.validated"
+FINAL_REJECTED = "final.rejected"
+STATE_TRANSITIONED = "state.transitioned"
+RUN_CANCEL_REQUESTED = "run.cancel-requested"
+RUN_STOPPED = "run.stopped"
+
+ALL_EVENTS = tuple(
+    value for name, value in sorted(globals().items()) if name.isupper() and isinstance(value, str)
+)
+
+_SCALAR = (str, int, float, bool, type(None))
+MAX_DETAIL_STRING = 256
+
+
+@dataclass(frozen=True)
+class TraceDraft:
+    """An event before the store gives it its sequence number."""
+
+    event: str
+    proposal_id: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, value in self.details.items():
+            _check_detail(key, value)
+
+
+def _check_detail(key: str, value: Any) -> None:
+    # A detail is a scalar or a short list of scalars. Anything richer is content, and content
+    # belongs in an observation or artifact, not in the trace.
+    values = value if isinstance(value, list | tuple) else [value]
+    if isinstance(value, list | tuple) and len(value) > 64:
+        raise ValueError(f"trace detail {key!r} is too long a list")
+    for item in values:
+        if not isinstance(item, _SCALAR):
+            raise ValueError(f"trace detail {key!r} must be scalar, got {type(item).__name__}")
+        if isinstance(item, str) and len(item) > MAX_DETAIL_STRING:
+            raise ValueError(f"trace detail {key!r} is longer than {MAX_DETAIL_STRING}")

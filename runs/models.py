@@ -1,0 +1,236 @@
+"""Persistence adapter for runs. The domain core (``runs.domain``) decides; these tables store.
+
+Invariants live in the database, named: status checks, counter checks, unique (run, sequence),
+unique idempotency token. Writes go through ``runs.store.OrmRunStore`` and ``runs.services`` only.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from policy.domain.canonical import HASH_SCHEME
+from runs.domain.machine import Status
+
+
+class AppendOnlyError(Exception):
+    """The trace is append-only: the application never updates or deletes an event."""
+
+
+class Run(models.Model):
+    id = models.CharField(primary_key=True, max_length=64)
+    subject = models.CharField(max_length=128, db_index=True)
+    goal = models.TextField()
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+    )
+    status = models.CharField(
+        max_length=32, choices=[(s.value, s.value) for s in Status], default=Status.CREATED.value
+    )
+    version = models.PositiveIntegerField(default=0)
+    step = models.PositiveIntegerField(default=0)
+    max_steps = models.PositiveIntegerField()
+    tool_calls = models.PositiveIntegerField(default=0)
+    max_tool_calls = models.PositiveIntegerField()
+    max_repeated_proposal = models.PositiveIntegerField()
+    deadline_ms = models.BigIntegerField()
+    pending_proposal = models.JSONField(null=True, blank=True)
+    pending_confirmation_id = models.CharField(max_length=128, null=True, blank=True)
+    last_observation_id = models.CharField(max_length=64, null=True, blank=True)
+    stop_reason = models.CharField(max_length=64, null=True, blank=True)
+    answer = models.TextField(null=True, blank=True)
+    citations = models.JSONField(default=list, blank=True)
+    planner_cursor = models.PositiveIntegerField(default=0)
+    # Bounded (runs.domain.loop_guard.MAX_TRACKED entries): the step never rewrites history.
+    loop_guard = models.JSONField(default=dict, blank=True)
+    knowledge_version = models.PositiveIntegerField(default=0)
+    unresolved_effects = models.PositiveIntegerField(default=0)
+    trace_seq = models.PositiveIntegerField(default=0)
+    observation_seq = models.PositiveIntegerField(default=0)
+    planner = models.JSONField(default=dict)
+    budgets = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in Status]), name="run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(tool_calls__lte=F("max_tool_calls")),
+                name="run_tool_calls_within_budget",
+            ),
+            models.CheckConstraint(
+                condition=Q(step__lte=F("max_steps")), name="run_step_within_budget"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "-created_at"], name="run_status_created")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class TraceEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("trace events are never updated")
+
+    def delete(self):
+        raise AppendOnlyError("trace events are never deleted")
+
+
+class TraceEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="trace_events")
+    sequence = models.PositiveIntegerField()
+    event = models.CharField(max_length=64)
+    proposal_id = models.CharField(max_length=128, null=True, blank=True)
+    details = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = TraceEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "sequence"], name="trace_run_sequence_unique"),
+            models.CheckConstraint(condition=Q(sequence__gte=1), name="trace_sequence_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.sequence} {self.event}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyError("trace events are never updated")
+        return super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("trace events are never deleted")
+
+
+class Observation(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="observations")
+    observation_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    trust = models.CharField(max_length=32)
+    step = models.PositiveIntegerField()
+    content = models.JSONField()
+    content_hash = models.CharField(max_length=64)
+    hash_scheme = models.CharField(max_length=8, default=HASH_SCHEME)
+    citable = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "observation_id"], name="observation_run_id_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(trust__in=["trusted-tool", "untrusted-content", "policy", "user"]),
+                name="observation_trust_valid",
+            ),
+        ]
+        indexes = [
+            # Loop guard: "was this content seen before in this run?" on every observation.
+            models.Index(fields=["run", "content_hash"], name="observation_run_content"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.observation_id} ({self.trust})"
+
+
+LEDGER_STATUSES = [
+    "started",
+    "succeeded",
+    "rejected",
+    "failed",
+    "unknown",
+    "reconciled",
+    "compensation-required",
+]
+
+
+class LedgerEntry(models.Model):
+    """One row per executable command. Intent (``started``) commits before the tool is called."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="ledger")
+    idempotency_token = models.CharField(max_length=64, unique=True)
+    hash_scheme = models.CharField(max_length=8, default=HASH_SCHEME)
+    proposal_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=128)
+    tool_version = models.CharField(max_length=32)
+    arguments_hash = models.CharField(max_length=64)
+    proposal_hash = models.CharField(max_length=64)
+    # The validated arguments, kept so a recovery re-issues the *same* command, never re-plans.
+    arguments = models.JSONField()
+    resource = models.CharField(max_length=512, null=True, blank=True)
+    deadline_ms = models.BigIntegerField()
+    confirmation_id = models.CharField(max_length=128, null=True, blank=True)
+    grant_ids = models.JSONField(default=list)
+    step = models.PositiveIntegerField()
+    status = models.CharField(max_length=32, default="started")
+    outcome = models.JSONField(null=True, blank=True)
+    verification = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=LEDGER_STATUSES), name="ledger_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(attempt__gte=1), name="ledger_attempt_positive"),
+        ]
+        indexes = [
+            # "Is a tool active for this run?" (cancel) and the sweeper's scan for started rows.
+            models.Index(fields=["run", "status"], name="ledger_run_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}@{self.tool_version} {self.status} {self.idempotency_token[:12]}"
+
+
+class Artifact(models.Model):
+    """A file written by ``write_artifact`` under the run-output root, with its content hash."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="artifacts")
+    path = models.CharField(max_length=512)
+    sha256 = models.CharField(max_length=64)
+    size = models.PositiveIntegerField()
+    idempotency_token = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.path}"
+
+
+class Document(models.Model):
+    """The public corpus ``search_public`` searches. Its text is untrusted content."""
+
+    corpus = models.CharField(max_length=64, default="public")
+    slug = models.SlugField(max_length=128)
+    title = models.CharField(max_length=256)
+    body = models.TextField()
+    sha256 = models.CharField(max_length=64)
+    loaded_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["corpus", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["corpus", "slug"], name="document_corpus_slug_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.corpus}/{self.slug}"

@@ -1,0 +1,119 @@
+"""Scenario files: the public way to drive a run from a file (tests, demos, integrators).
+
+A scenario is JSON, snake_case; unknown keys are an error. ``planner`` outputs are *data from the
+planner*, passed through unvalidated on purpose: a malformed or hostile output (one that names a
+capability, say) becomes a recorded ``PARSE_ERROR`` rejection at run time, never an effect.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from policy.domain.errors import DomainError
+from policy.domain.grants import Constraint
+from runs import selectors, services
+from runs.domain.budgets import RunBudgets
+from runs.domain.machine import Status
+
+MAX_SCENARIO_BYTES = 1024 * 1024
+
+
+class ScenarioError(DomainError):
+    code = "SCENARIO_INVALID"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScenarioGrant(_Strict):
+    capability: Annotated[str, Field(min_length=1, max_length=64)]
+    resource_scope: Annotated[str, Field(min_length=1, max_length=512)]
+    expires_at_step: Annotated[int, Field(ge=0)]
+    max_calls: Annotated[int, Field(ge=1)] | None = None
+    constraints: dict[str, Constraint] = {}
+
+
+class ScenarioProposal(_Strict):
+    tool_name: Annotated[str, Field(min_length=1, max_length=128)]
+    tool_version: Annotated[str, Field(min_length=1, max_length=32)]
+    arguments: Any
+
+
+class ScenarioConfirmation(_Strict):
+    confirmation_id: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    ]
+    proposal: ScenarioProposal
+    approved: bool
+    expires_at_step: Annotated[int, Field(ge=0)]
+
+
+class HumanAction(_Strict):
+    action: Literal["approve", "decline", "cancel"]
+    reason: Annotated[str, Field(max_length=256)] = ""
+
+
+class Scenario(_Strict):
+    name: Annotated[str, Field(max_length=128)] = ""
+    description: Annotated[str, Field(max_length=2000)] = ""
+    subject: Annotated[str, Field(min_length=1, max_length=128)]
+    goal: Annotated[str, Field(min_length=1, max_length=4000)]
+    budgets: RunBudgets = RunBudgets()
+    grants: list[ScenarioGrant] = []
+    confirmations: list[ScenarioConfirmation] = []
+    planner: Annotated[list[Any], Field(max_length=10_000)]
+    human: list[HumanAction] = []
+
+
+def parse_scenario(text: str | bytes) -> Scenario:
+    if len(text) > MAX_SCENARIO_BYTES:
+        raise ScenarioError("scenario file is larger than 1 MiB")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ScenarioError(
+            f"scenario is not valid JSON: {exc}", code="SCENARIO_NOT_JSON"
+        ) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario is a JSON object")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or '$'}: {e['msg']}" for e in exc.errors()
+        ]
+        raise ScenarioError("; ".join(problems[:10]), problems=problems) from None
+
+
+def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
+    """Create the run, advance it in-process, apply ``human`` actions whenever it waits."""
+    state = services.run_create(
+        subject=scenario.subject,
+        goal=scenario.goal,
+        budgets=scenario.budgets,
+        grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
+        confirmations=[c.model_dump() for c in scenario.confirmations],
+        planner={"kind": "fixture", "outputs": scenario.planner},
+        owner=owner,
+    )
+    human = list(scenario.human)
+    while True:
+        state = services.run_advance(run_id=state.run_id)
+        if state.status is not Status.WAITING_CONFIRMATION or not human:
+            break
+        action = human.pop(0)
+        if action.action == "cancel":
+            services.run_cancel(run_id=state.run_id, by="scenario", reason=action.reason)
+            continue
+        pending = selectors.confirmation_get(confirmation_id=state.pending_confirmation_id)
+        services.confirmation_decide(
+            confirmation_id=pending.pk,
+            approved=action.action == "approve",
+            shown_hash=pending.proposal_hash,
+            by="scenario",
+        )
+    return selectors.run_export(run_id=state.run_id)

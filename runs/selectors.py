@@ -1,0 +1,98 @@
+"""Reads of runs (STYLE habit 7): exports and lookups, no writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory.models import PreferenceRecord
+from policy.domain.errors import NotFound
+from policy.models import Confirmation, Grant
+from runs import models as m
+from runs.store import _row_to_state
+
+
+def confirmation_get(*, confirmation_id: str | None) -> Confirmation:
+    row = Confirmation.objects.filter(pk=confirmation_id).first() if confirmation_id else None
+    if row is None:
+        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
+    return row
+
+
+def run_export(*, run_id: str) -> dict[str, Any]:
+    """Everything a scenario reports: state, trace, observations, ledger, memory, artifacts."""
+    run = m.Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"no run {run_id}", run_id=run_id)
+    return {
+        "state": _row_to_state(run).public(),
+        "trace": list(
+            m.TraceEvent.objects.filter(run=run)
+            .order_by("sequence")
+            .values("sequence", "event", "proposal_id", "details")
+        ),
+        "observations": list(
+            m.Observation.objects.filter(run=run)
+            .order_by("id")
+            .values("observation_id", "kind", "trust", "step", "content", "content_hash", "citable")
+        ),
+        "ledger": list(
+            m.LedgerEntry.objects.filter(run=run)
+            .order_by("id")
+            .values(
+                "idempotency_token",
+                "proposal_id",
+                "tool_name",
+                "tool_version",
+                "arguments_hash",
+                "proposal_hash",
+                "status",
+                "outcome",
+                "verification",
+                "attempt",
+                "step",
+            )
+        ),
+        "grants": list(
+            Grant.objects.filter(run=run)
+            .order_by("id")
+            .values(
+                "id",
+                "capability",
+                "resource_scope",
+                "expires_at_step",
+                "max_calls",
+                "calls_used",
+                "constraints",
+            )
+        ),
+        "confirmations": list(
+            Confirmation.objects.filter(run=run)
+            .order_by("requested_at", "id")
+            .values(
+                "id",
+                "proposal_hash",
+                "tool_name",
+                "tool_version",
+                "status",
+                "expires_at_step",
+                "cites_untrusted",
+                "origin",
+            )
+        ),
+        "preferences": list(
+            PreferenceRecord.objects.filter(subject=run.subject)
+            .order_by("key")
+            .values(
+                "key",
+                "value",
+                "version",
+                "source_kind",
+                "confirmation_id",
+                "created_by_run",
+                "revoked_at",
+            )
+        ),
+        "artifacts": list(
+            m.Artifact.objects.filter(run=run).order_by("id").values("path", "sha256", "size")
+        ),
+    }

@@ -1,0 +1,194 @@
+"""Run services: every write to a run goes through here (STYLE habit 7).
+
+``run_create``, ``run_advance``, ``confirmation_decide``, ``run_cancel``. Adapters (API views,
+Celery tasks, management commands) call these and nothing below them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from agentconsole import wiring
+from policy.domain.canonical import proposal_hash
+from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.errors import DomainError, NotFound
+from policy.domain.grants import CapabilityGrant
+from runs.domain import step as steps
+from runs.domain import trace as ev
+from runs.domain.budgets import RunBudgets
+from runs.domain.machine import Status
+from runs.domain.state import RunState
+
+
+class ConfirmationMismatch(DomainError):
+    code = "CONFIRMATION_HASH_MISMATCH"
+    http_status = 409
+
+
+class ConfirmationNotPending(DomainError):
+    code = "CONFIRMATION_NOT_PENDING"
+    http_status = 409
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex}"
+
+
+def run_create(
+    *,
+    subject: str,
+    goal: str,
+    budgets: RunBudgets,
+    grants: Sequence[dict[str, Any]],
+    planner: dict[str, Any],
+    confirmations: Sequence[dict[str, Any]] = (),
+    owner: Any = None,
+    granted_by: Any = None,
+    now_ms: int | None = None,
+    enqueue: bool = False,
+) -> RunState:
+    """Create a run with trusted grants bound to its new id.
+
+    Grants come from the caller (an operator, a scenario file), never from a planner output.
+    Scenario confirmations are bound to the hash of the proposal they name.
+    """
+    run_id = new_run_id()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    state = RunState(
+        run_id=run_id,
+        subject=subject,
+        goal=goal,
+        max_steps=budgets.max_steps,
+        max_tool_calls=budgets.max_tool_calls,
+        max_repeated_proposal=budgets.max_repeated_proposal,
+        deadline_ms=now + budgets.deadline_ms,
+    )
+    bound = [
+        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
+        for i, g in enumerate(grants)
+    ]
+    bound_confirmations, proposals = [], {}
+    for c in confirmations:
+        p = c["proposal"]
+        bound_confirmations.append(
+            Confirmation(
+                confirmation_id=c["confirmation_id"],
+                run_id=run_id,
+                proposal_hash=proposal_hash(p["tool_name"], p["tool_version"], p["arguments"]),
+                status=ConfirmationStatus.APPROVED
+                if c["approved"]
+                else ConfirmationStatus.DECLINED,
+                expires_at_step=c["expires_at_step"],
+            )
+        )
+        proposals[c["confirmation_id"]] = p
+    store = wiring.store()
+    with transaction.atomic():
+        store.create(
+            state,
+            grants=bound,
+            confirmations=bound_confirmations,
+            planner=planner,
+            owner=owner,
+            budgets=budgets.model_dump(),
+            granted_by=granted_by,
+            proposals=proposals,
+        )
+        created = steps.Commit(expected_version=state.version, state=state.model_copy(deep=True))
+        created.events.append(
+            ev.TraceDraft(
+                ev.RUN_CREATED,
+                None,
+                {"grants": len(bound), "planner": planner.get("kind", "fixture")},
+            )
+        )
+        created.state.version += 1
+        state = store.apply(created)
+        if enqueue:
+            _enqueue_on_commit(run_id)
+    return state
+
+
+def _enqueue_on_commit(run_id: str) -> None:
+    from runs.tasks import advance_run
+
+    # Tasks take ids only and are enqueued after commit, so a worker never sees a missing run.
+    transaction.on_commit(lambda: advance_run.delay(run_id))
+
+
+def run_advance(*, run_id: str) -> RunState:
+    """Advance a run until it waits, stops or ends (called by the worker and by run_fixture)."""
+    return wiring.runner().advance(run_id)
+
+
+def confirmation_decide(
+    *,
+    confirmation_id: str,
+    approved: bool,
+    shown_hash: str,
+    by: Any = None,
+    enqueue: bool = False,
+) -> RunState:
+    """A person approves or declines the pending confirmation they were shown.
+
+    ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
+    the decision is refused (a stale click can never approve a different proposal).
+    """
+    from policy.models import Confirmation as ConfirmationRow
+
+    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
+    if row is None:
+        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
+    if row.proposal_hash != shown_hash:
+        raise ConfirmationMismatch("the proposal changed since it was shown")
+    if row.status != ConfirmationStatus.PENDING.value:
+        raise ConfirmationNotPending(f"confirmation is {row.status}")
+    store = wiring.store()
+    state = store.load(row.run_id)
+    if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
+        raise ConfirmationNotPending("the run is not waiting for this confirmation")
+    commit = steps.decide_confirmation(
+        state, confirmation_id=row.pk, approved=approved, by=_who(by)
+    )
+    with transaction.atomic():
+        try:
+            state = store.apply(commit, decided_by=by if getattr(by, "pk", None) else None)
+        except DomainError as exc:
+            raise ConfirmationNotPending("decided concurrently") from exc
+        if enqueue:
+            _enqueue_on_commit(state.run_id)
+    return state
+
+
+def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool = False) -> RunState:
+    """Cancel a run: new tools stop at once; ``cancelled`` only once no tool is active."""
+    store = wiring.store()
+    for _ in range(10):
+        state = store.load(run_id)
+        if state.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.CANCELLING):
+            return state
+        commit = steps.request_cancel(
+            state, by=_who(by), reason=reason, active_tool=store.active_tool(run_id)
+        )
+        try:
+            with transaction.atomic():
+                state = store.apply(commit)
+                if enqueue and state.status is Status.CANCELLING:
+                    _enqueue_on_commit(run_id)
+            return state
+        except DomainError:
+            continue  # the run moved while we decided; decide again on the fresh state
+    raise DomainError("run is too busy to cancel; try again", code="RUN_BUSY")
+
+
+def _who(user: Any) -> str:
+    if user is None:
+        return "system"
+    if isinstance(user, str):
+        return user[:128]
+    return getattr(user, "get_username", lambda: "unknown")()[:128]

@@ -1,0 +1,316 @@
+"""ORM adapter of the ``RunStore`` port (runs.domain.ports).
+
+``apply`` writes one commit in one short transaction: a compare-and-set on the run version, then
+the trace events, observations, ledger intent/outcome, confirmation and grant rows. Zero rows on
+the compare-and-set means another writer moved the run first: ``VersionConflict``, nothing
+written. This holds on SQLite too, where row locks do nothing (STYLE habit 3).
+
+Every query here is indexed and bounded; none reads the run's history, so the cost of a step does
+not grow with the run's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.grants import CapabilityGrant
+from policy.domain.proposals import Observation, ObservationKind, TrustLabel
+from policy.models import Confirmation as ConfirmationRow
+from policy.models import Grant
+from runs import models as m
+from runs.domain.state import RunState
+from runs.domain.step import Commit
+
+_STATE_FIELDS = [f for f in RunState.model_fields if f not in ("run_id", "goal", "subject")]
+
+
+def _row_to_state(run: m.Run) -> RunState:
+    data = {f: getattr(run, f) for f in _STATE_FIELDS}
+    return RunState(run_id=run.id, subject=run.subject, goal=run.goal, **data)
+
+
+def _state_fields(state: RunState) -> dict[str, Any]:
+    dumped = state.model_dump(mode="json")
+    return {f: dumped[f] for f in _STATE_FIELDS}
+
+
+def _to_observation(row: m.Observation) -> Observation:
+    return Observation(
+        observation_id=row.observation_id,
+        kind=ObservationKind(row.kind),
+        trust=TrustLabel(row.trust),
+        step=row.step,
+        content=row.content,
+        content_hash=row.content_hash,
+        citable=row.citable,
+    )
+
+
+class OrmLookups:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def seen_content(self, content_hash: str) -> bool:
+        return m.Observation.objects.filter(run_id=self.run_id, content_hash=content_hash).exists()
+
+    def trust_of(self, observation_ids: Collection[str]) -> Mapping[str, str]:
+        if not observation_ids:
+            return {}
+        rows = m.Observation.objects.filter(
+            run_id=self.run_id, observation_id__in=list(observation_ids)
+        ).values_list("observation_id", "trust")
+        return dict(rows)
+
+    def citable(self, observation_ids: Collection[str]) -> set[str]:
+        if not observation_ids:
+            return set()
+        return set(
+            m.Observation.objects.filter(
+                run_id=self.run_id, observation_id__in=list(observation_ids), citable=True
+            ).values_list("observation_id", flat=True)
+        )
+
+    def ledger_has(self, idempotency_token: str) -> bool:
+        return m.LedgerEntry.objects.filter(idempotency_token=idempotency_token).exists()
+
+
+class OrmRunStore:
+    def __init__(self, on_commit_events: Any = None) -> None:
+        # Called after commit with (run_id, last_sequence): the realtime doorbell.
+        self.on_commit_events = on_commit_events
+
+    def create(
+        self,
+        state: RunState,
+        *,
+        grants: Sequence[CapabilityGrant],
+        confirmations: Sequence[Confirmation],
+        planner: dict[str, Any],
+        owner: Any = None,
+        budgets: dict[str, Any] | None = None,
+        granted_by: Any = None,
+        proposals: Mapping[str, dict[str, Any]] | None = None,
+    ) -> RunState:
+        with transaction.atomic():
+            m.Run.objects.create(
+                id=state.run_id,
+                subject=state.subject,
+                goal=state.goal,
+                owner=owner,
+                planner=planner,
+                budgets=budgets or {},
+                **_state_fields(state),
+            )
+            Grant.objects.bulk_create(
+                Grant(
+                    id=g.grant_id,
+                    run_id=state.run_id,
+                    capability=g.capability,
+                    resource_scope=g.resource_scope,
+                    expires_at_step=g.expires_at_step,
+                    max_calls=g.max_calls,
+                    calls_used=g.calls_used,
+                    constraints={
+                        k: c.model_dump(exclude_unset=True) for k, c in g.constraints.items()
+                    },
+                    granted_by=granted_by,
+                )
+                for g in grants
+            )
+            proposals = proposals or {}
+            ConfirmationRow.objects.bulk_create(
+                ConfirmationRow(
+                    id=c.confirmation_id,
+                    run_id=state.run_id,
+                    proposal_hash=c.proposal_hash,
+                    tool_name=proposals.get(c.confirmation_id, {}).get("tool_name", ""),
+                    tool_version=proposals.get(c.confirmation_id, {}).get("tool_version", ""),
+                    proposal=proposals.get(c.confirmation_id),
+                    status=c.status.value,
+                    expires_at_step=c.expires_at_step,
+                    origin="scenario",
+                    decided_at=timezone.now()
+                    if c.status is not ConfirmationStatus.PENDING
+                    else None,
+                )
+                for c in confirmations
+            )
+        return state
+
+    def load(self, run_id: str) -> RunState:
+        try:
+            return _row_to_state(m.Run.objects.get(pk=run_id))
+        except m.Run.DoesNotExist:
+            raise NotFound(f"no run {run_id}", run_id=run_id) from None
+
+    def apply(self, commit: Commit, *, decided_by: Any = None) -> RunState:
+        """Write ``commit`` atomically iff the run is still at ``commit.expected_version``."""
+        state = commit.state
+        run_id = state.run_id
+        first_seq = state.trace_seq + 1
+        last_seq = state.trace_seq + len(commit.events)
+        state = state.model_copy(update={"trace_seq": last_seq})
+        try:
+            with transaction.atomic():
+                self._apply(commit, state, first_seq, decided_by)
+                if commit.events and self.on_commit_events is not None:
+                    # Announced only once the outermost transaction commits (never a phantom).
+                    ring = self.on_commit_events
+                    transaction.on_commit(lambda: ring(run_id, last_seq))
+        except IntegrityError as exc:
+            # A unique token or sequence taken by a concurrent writer: the same race as a version
+            # mismatch, reported the same way. The transaction rolled back whole.
+            raise VersionConflict("concurrent write", run_id=run_id) from exc
+        return state
+
+    def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
+        run_id = state.run_id
+        # Compare-and-set: the race is two writers (workers, a cancel, a decision) that read the
+        # same version; exactly one update matches, the other sees 0 rows.
+        updated = m.Run.objects.filter(pk=run_id, version=commit.expected_version).update(
+            **_state_fields(state), updated_at=timezone.now()
+        )
+        if updated != 1:
+            raise VersionConflict("run changed since it was read", run_id=run_id)
+        if commit.events:
+            m.TraceEvent.objects.bulk_create(
+                m.TraceEvent(
+                    run_id=run_id,
+                    sequence=first_seq + i,
+                    event=d.event,
+                    proposal_id=d.proposal_id,
+                    details=d.details,
+                )
+                for i, d in enumerate(commit.events)
+            )
+        if commit.observations:
+            m.Observation.objects.bulk_create(
+                m.Observation(
+                    run_id=run_id,
+                    observation_id=o.observation_id,
+                    kind=o.kind.value,
+                    trust=o.trust.value,
+                    step=o.step,
+                    content=o.content,
+                    content_hash=o.content_hash,
+                    citable=o.citable,
+                )
+                for o in commit.observations
+            )
+        if commit.ledger_intent is not None:
+            c = commit.ledger_intent
+            m.LedgerEntry.objects.create(
+                run_id=run_id,
+                idempotency_token=c.idempotency_token,
+                proposal_id=c.proposal_id,
+                tool_name=c.tool_name,
+                tool_version=c.tool_version,
+                arguments_hash=c.arguments_hash,
+                proposal_hash=c.proposal_hash,
+                arguments=c.validated_arguments,
+                resource=c.resource,
+                deadline_ms=c.deadline_ms,
+                confirmation_id=c.confirmation_id,
+                grant_ids=list(c.grant_ids),
+                step=state.step,
+            )
+        if commit.ledger_settle is not None:
+            s = commit.ledger_settle
+            n = m.LedgerEntry.objects.filter(
+                idempotency_token=s.idempotency_token, status__in=["started", "unknown"]
+            ).update(
+                status=s.status,
+                outcome=s.outcome,
+                verification=s.verification,
+                finished_at=timezone.now(),
+            )
+            if n != 1:
+                raise VersionConflict("ledger row already settled", run_id=run_id)
+        if commit.confirmation_request is not None:
+            r = commit.confirmation_request
+            ConfirmationRow.objects.create(
+                id=r.confirmation_id,
+                run_id=run_id,
+                proposal_hash=r.proposal_hash,
+                tool_name=r.tool_name,
+                tool_version=r.tool_version,
+                proposal=r.proposal,
+                status=ConfirmationStatus.PENDING.value,
+                expires_at_step=r.expires_at_step,
+                cites_untrusted=r.cites_untrusted,
+            )
+        if commit.confirmation_decision is not None:
+            cid, approved = commit.confirmation_decision
+            status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+            n = ConfirmationRow.objects.filter(
+                pk=cid, run_id=run_id, status=ConfirmationStatus.PENDING.value
+            ).update(status=status.value, decided_at=timezone.now(), decided_by=decided_by)
+            if n != 1:
+                raise VersionConflict("confirmation already decided", run_id=run_id)
+        if commit.consume_confirmation is not None:
+            n = ConfirmationRow.objects.filter(
+                pk=commit.consume_confirmation,
+                run_id=run_id,
+                status=ConfirmationStatus.APPROVED.value,
+            ).update(status=ConfirmationStatus.CONSUMED.value)
+            if n != 1:
+                raise VersionConflict("confirmation already used", run_id=run_id)
+        for grant_id in commit.grant_uses:
+            n = Grant.objects.filter(
+                Q(max_calls__isnull=True) | Q(calls_used__lt=F("max_calls")),
+                pk=grant_id,
+                run_id=run_id,
+            ).update(calls_used=F("calls_used") + 1)
+            if n != 1:
+                raise VersionConflict("grant used up concurrently", run_id=run_id)
+
+    def grants(self, run_id: str) -> list[CapabilityGrant]:
+        return [
+            CapabilityGrant(
+                grant_id=g.id,
+                capability=g.capability,
+                run_id=g.run_id,
+                resource_scope=g.resource_scope,
+                expires_at_step=g.expires_at_step,
+                max_calls=g.max_calls,
+                calls_used=g.calls_used,
+                constraints=g.constraints,
+            )
+            for g in Grant.objects.filter(run_id=run_id)
+        ]
+
+    def confirmations(self, run_id: str) -> list[Confirmation]:
+        # Only the ones that can still matter: decided-and-used ones authorize nothing.
+        rows = ConfirmationRow.objects.filter(run_id=run_id).exclude(
+            status__in=[ConfirmationStatus.CONSUMED.value, ConfirmationStatus.EXPIRED.value]
+        )
+        return [
+            Confirmation(
+                confirmation_id=c.id,
+                run_id=c.run_id,
+                proposal_hash=c.proposal_hash,
+                status=ConfirmationStatus(c.status),
+                expires_at_step=c.expires_at_step,
+            )
+            for c in rows
+        ]
+
+    def lookups(self, run_id: str) -> OrmLookups:
+        return OrmLookups(run_id)
+
+    def active_tool(self, run_id: str) -> bool:
+        return m.LedgerEntry.objects.filter(run_id=run_id, status="started").exists()
+
+    def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
+        rows = m.Observation.objects.filter(run_id=run_id).order_by("-id")[:limit]
+        return [_to_observation(r) for r in reversed(list(rows))]
+
+    def planner_config(self, run_id: str) -> dict[str, Any]:
+        return m.Run.objects.values_list("planner", flat=True).get(pk=run_id)

@@ -1,0 +1,1 @@
+"""Built-in tools. Each module exposes ``contract()`` returning a ``ToolContract``."""

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Embedded mode in one command: a Celery worker and daphne (web + websockets), stopped together.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+PORT="${PORT:-8000}"
+
+pids=()
+cleanup() {
+    trap - EXIT INT TERM
+    if ((${#pids[@]})); then
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+        # Warm shutdown lets a running task finish (an idle worker needs ~8 s); then force it.
+        for _ in $(seq 1 150); do
+            alive=0
+            for pid in "${pids[@]}"; do
+                kill -0 "$pid" 2>/dev/null && alive=1
+            done
+            ((alive)) || break
+            sleep 0.1
+        done
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        wait "${pids[@]}" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$BIN/celery" -A agentconsole worker -l info --concurrency 2 --pool prefork &
+pids+=($!)
+"$BIN/daphne" -b 127.0.0.1 -p "$PORT" agentconsole.asgi:application &
+pids+=($!)
+
+echo
+echo "agentconsole: http://127.0.0.1:${PORT}/"
+if [[ -f var/demo-logins.txt ]]; then
+    echo "demo logins:"
+    sed 's/^/  /' var/demo-logins.txt
+else
+    echo "run \`python manage.py load_demo\` to create demo users"
+fi
+echo
+
+# Stop everything as soon as either process exits.
+wait -n "${pids[@]}"
