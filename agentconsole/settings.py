@@ -49,8 +49,11 @@ def _dev_secret_key() -> str:
     return path.read_text().strip()
 
 
-SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
 DEBUG = _env_bool("DEBUG", "1")
+if not DEBUG and not os.environ.get("SECRET_KEY"):
+    # Several hosts must share one key (sessions, signed tokens); a per-host file would not.
+    raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
+SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 
 INSTALLED_APPS = [

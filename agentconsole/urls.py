@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
+from django.views.generic import RedirectView
 from django.views.decorators.http import require_GET
 
 
@@ -12,6 +13,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [
+    # Until the operator console lands, the read-only admin is the browser view of runs.
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
 ]

@@ -4,6 +4,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+# Integrators' tool modules (AGENTCONSOLE_TOOLS) may live in this checkout: make it importable.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PORT="${PORT:-8000}"
 
 pids=()

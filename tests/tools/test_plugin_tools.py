@@ -1,0 +1,78 @@
+"""Integrators add tools through AGENTCONSOLE_TOOLS (issue 2, item 3)."""
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+
+from agentconsole import wiring
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "wordcount.py"
+
+
+@pytest.fixture
+def plugin_registry(settings):
+    settings.AGENTCONSOLE_TOOLS = ["tests.plugins.wordcount"]
+    wiring.registry.cache_clear()
+    yield wiring.registry()
+    wiring.registry.cache_clear()
+
+
+def test_plugin_tool_is_registered_beside_the_builtins(plugin_registry):
+    names = sorted(c.name for c in plugin_registry)
+    assert names == ["save_preference", "search_public", "word_count", "write_artifact"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plugin_tool_runs_through_the_gate(plugin_registry, tmp_path):
+    scenario = {
+        "subject": "alice",
+        "goal": "count words",
+        "grants": [{"capability": "text:analyze", "resource_scope": "*", "expires_at_step": 3}],
+        "planner": [
+            {"kind": "tool", "proposal_id": "p1", "tool_name": "word_count", "tool_version": "1",
+             "arguments": {"text": "one two three"}},
+            {"kind": "final", "answer": "three words", "citation_observation_ids": ["tool-1"]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(scenario))
+    out = io.StringIO()
+    call_command("run_fixture", str(path), "--json", stdout=out)
+    result = json.loads(out.getvalue())
+    assert result["state"]["status"] == "completed"
+    tool_1 = next(o for o in result["observations"] if o["observation_id"] == "tool-1")
+    assert tool_1["content"]["value"] == {"words": 3}
+    # The contract marks `text` as redacted and logs nothing: the trace never holds it.
+    assert "one two three" not in json.dumps(result["trace"])
+
+
+def test_unimportable_plugin_is_a_configuration_error(settings):
+    settings.AGENTCONSOLE_TOOLS = ["tests.plugins.no_such_module"]
+    wiring.registry.cache_clear()
+    try:
+        with pytest.raises(ImproperlyConfigured, match="cannot import"):
+            wiring.registry()
+    finally:
+        wiring.registry.cache_clear()
+
+
+def test_duplicate_tool_identity_is_refused(settings):
+    settings.AGENTCONSOLE_TOOLS = ["tests.plugins.wordcount", "tests.plugins.wordcount.contract"]
+    wiring.registry.cache_clear()
+    try:
+        with pytest.raises(ImproperlyConfigured, match="registered twice"):
+            wiring.registry()
+    finally:
+        wiring.registry.cache_clear()
+
+
+def test_readme_shows_the_plugin_verbatim():
+    """The README's example is this file, so the documented example is the tested one."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert PLUGIN.read_text() in blocks
