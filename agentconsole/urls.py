@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
-from django.views.generic import RedirectView
 from django.views.decorators.http import require_GET
+from django.views.generic import RedirectView
 
 
 @require_GET

@@ -52,7 +52,7 @@ class Command(BaseCommand):
         (Path(settings.BASE_DIR) / "var" / "demo-logins.txt").write_text("\n".join(lines) + "\n")
         for path in sorted(demo_corpus_dir().iterdir()):
             document_load(path=path, corpus="public")
-        self.stdout.write(f"demo users: {len(lines)}; corpus documents loaded from {demo_corpus_dir()}")
+        self.stdout.write(f"demo users: {len(lines)}; corpus loaded from {demo_corpus_dir()}")
         if Run.objects.exists() and not options["force"]:
             self.stdout.write("runs exist already; demo scenarios not run again (use --force)")
             return
