@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
 from runs import selectors, services
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
+from runs.faults import FaultPlan
 
 MAX_SCENARIO_BYTES = 1024 * 1024
 
@@ -26,7 +27,8 @@ class ScenarioError(DomainError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON `true` or "6" is not a step count; wrong types are errors, not coerced.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ScenarioGrant(_Strict):
@@ -67,14 +69,27 @@ class Scenario(_Strict):
     confirmations: list[ScenarioConfirmation] = []
     planner: Annotated[list[Any], Field(max_length=10_000)]
     human: list[HumanAction] = []
+    faults: FaultPlan | None = None
+
+    @model_validator(mode="after")
+    def _unique_confirmation_ids(self) -> Scenario:
+        ids = [c.confirmation_id for c in self.confirmations]
+        if len(ids) != len(set(ids)):
+            raise ValueError("confirmation ids must be unique within a scenario")
+        return self
+
+
+def _reject_constant(name: str) -> None:
+    # Python's json accepts NaN/Infinity; JSON does not, and neither does a proposal hash.
+    raise ValueError(f"{name} is not JSON")
 
 
 def parse_scenario(text: str | bytes) -> Scenario:
     if len(text) > MAX_SCENARIO_BYTES:
         raise ScenarioError("scenario file is larger than 1 MiB")
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise ScenarioError(
             f"scenario is not valid JSON: {exc}", code="SCENARIO_NOT_JSON"
         ) from None
@@ -91,6 +106,11 @@ def parse_scenario(text: str | bytes) -> Scenario:
 
 def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
     """Create the run, advance it in-process, apply ``human`` actions whenever it waits."""
+    if scenario.faults and scenario.faults.crash_worker_at:
+        # A crash is a real SIGKILL of the process that runs the tool: never this one.
+        raise ScenarioError(
+            "crash_worker_at needs a worker process: use faultlab", code="SCENARIO_NEEDS_WORKER"
+        )
     state = services.run_create(
         subject=scenario.subject,
         goal=scenario.goal,
@@ -99,10 +119,11 @@ def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
         confirmations=[c.model_dump() for c in scenario.confirmations],
         planner={"kind": "fixture", "outputs": scenario.planner},
         owner=owner,
+        faults=scenario.faults.model_dump() if scenario.faults else None,
     )
     human = list(scenario.human)
     while True:
-        state = services.run_advance(run_id=state.run_id)
+        state = services.run_advance(run_id=state.run_id) or services.run_state(run_id=state.run_id)
         if state.status is not Status.WAITING_CONFIRMATION or not human:
             break
         action = human.pop(0)

@@ -24,7 +24,10 @@ def _check(value: Any, depth: int) -> None:
     # which of several Python spellings produced the same JSON, so we accept exactly JSON.
     if depth > _MAX_DEPTH:
         raise CanonicalError("value nests too deeply", code="VALUE_TOO_DEEP")
-    if value is None or isinstance(value, bool | str | int):
+    if isinstance(value, str):
+        _check_text(value)
+        return
+    if value is None or isinstance(value, bool | int):
         return
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
@@ -38,9 +41,18 @@ def _check(value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise CanonicalError("object keys must be strings", code="NON_STRING_KEY")
+            _check_text(key)
             _check(item, depth + 1)
         return
     raise CanonicalError(f"{type(value).__name__} is not a JSON value", code="NOT_JSON_VALUE")
+
+
+def _check_text(text: str) -> None:
+    # A lone surrogate ("\ud800") is a Python str but not Unicode text: it has no UTF-8 form.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalError("string is not valid Unicode", code="INVALID_UNICODE") from None
 
 
 def canonical(value: Any) -> str:

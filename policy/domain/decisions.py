@@ -6,10 +6,13 @@ seal, so neither a planner nor an adapter can fabricate one from proposal data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import contextvars
+from dataclasses import dataclass
 from typing import Any
 
-_SEAL = object()
+# Set only while the gate (or a ledger restore) constructs a command. A field would be copied
+# by ``dataclasses.replace``; a flag that is off during any other construction cannot be.
+_ISSUING: contextvars.ContextVar[bool] = contextvars.ContextVar("issuing", default=False)
 
 LAYERS = (
     "parse",
@@ -40,15 +43,38 @@ class ExecutableCommand:
     grant_ids: tuple[str, ...]
     confirmation_id: str | None
     consume_confirmation: bool
-    _seal: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self._seal is not _SEAL:
+        if not _ISSUING.get():
             raise TypeError("an ExecutableCommand is made by the policy gate only")
 
 
 def _issue(**kwargs: Any) -> ExecutableCommand:
-    return ExecutableCommand(**kwargs, _seal=_SEAL)
+    token = _ISSUING.set(True)
+    try:
+        return ExecutableCommand(**kwargs)
+    finally:
+        _ISSUING.reset(token)
+
+
+def restore_command(**fields: Any) -> ExecutableCommand:
+    """Rebuild a command the gate issued earlier, from its persisted ledger row.
+
+    Recovery and handoff retries re-issue the *same* command with the *same* token; they never
+    go back through the planner. Only the ledger adapter (``runs.store``) calls this, with the
+    fields of a row that the gate's own command wrote.
+    """
+    return _issue(**fields)
+
+
+def reissue(
+    command: ExecutableCommand, *, run_deadline_ms: int, now_ms: int, timeout_ms: int
+) -> ExecutableCommand:
+    """The same command (same arguments, same token) for a new attempt, with a fresh effective
+    deadline: min(run deadline, now + tool timeout) — seed §13, never a stale or longer one."""
+    fields = {f: getattr(command, f) for f in command.__dataclass_fields__}
+    fields["deadline_ms"] = min(run_deadline_ms, now_ms + timeout_ms)
+    return _issue(**fields)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ MAX_STEPS_CEILING = 10_000
 
 
 class RunBudgets(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS_CEILING)] = 8
     max_tool_calls: Annotated[int, Field(ge=0, le=MAX_STEPS_CEILING)] = 4

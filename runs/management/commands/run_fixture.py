@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from policy.domain.errors import DomainError
-from runs.scenarios import parse_scenario, run_scenario
+from runs.scenarios import MAX_SCENARIO_BYTES, parse_scenario, run_scenario
 
 
 class Command(BaseCommand):
@@ -22,7 +22,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])
         try:
-            text = path.read_bytes()
+            with path.open("rb") as handle:
+                # One byte past the limit is enough to refuse it; never read a huge file whole.
+                text = handle.read(MAX_SCENARIO_BYTES + 1)
         except OSError as exc:
             raise CommandError(f"SCENARIO_UNREADABLE: {path}: {exc.strerror}") from None
         try:
