@@ -112,9 +112,11 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Wait for the writer lock instead of failing at once: web and worker share one file.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}
-    # A file, not the default in-memory database, so that a real worker process started by a
-    # test can open the same test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}
+    # A file (not :memory:) so a worker process can share the test database; the name can be
+    # set per checkout or session so parallel test runs never share one file.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("AGENTCONSOLE_TEST_DB") or str(VAR_DIR / "test-db.sqlite3")
+    }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # No persistent connections: Celery prefork children and daphne threads must not share or
     # leak them.
@@ -171,9 +173,11 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesys
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # Embedded mode: a real worker process with no broker server. Producers and the worker share
     # one folder; kombu locks each message file while taking it.
-    _broker_queue = VAR_DIR / "broker" / "queue"
-    _broker_processed = VAR_DIR / "broker" / "processed"
-    _broker_control = VAR_DIR / "broker" / "control"
+    # AGENTCONSOLE_BROKER_DIR lets a test or the fault lab give its worker a private queue.
+    _broker_root = Path(os.environ.get("AGENTCONSOLE_BROKER_DIR") or VAR_DIR / "broker")
+    _broker_queue = _broker_root / "queue"
+    _broker_processed = _broker_root / "processed"
+    _broker_control = _broker_root / "control"
     for _folder in (_broker_queue, _broker_processed, _broker_control):
         os.makedirs(_folder, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -182,6 +186,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_broker_processed),
         # Exchange tables for fanout (worker remote control); kombu's default is ./control.
         "control_folder": str(_broker_control),
+        # kombu polls the folder; its 1 s default would add up to a second to every hand-off.
+        "polling_interval": 0.05,
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Outcomes live in the database (runs, ledger); Celery results would be a second, weaker truth.
@@ -190,8 +196,15 @@ CELERY_TASK_IGNORE_RESULT = True
 # (where the broker supports it); tasks are idempotent by ledger token.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5"))},
+}
 
 # --- agentconsole -----------------------------------------------------------------------------
+
+# How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).
+AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"))
 
 # Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
 AGENTCONSOLE_TOOLS: list[str] = []

@@ -92,27 +92,33 @@ def planner_for(config: dict[str, Any]) -> Planner:
     raise PlannerError(f"unknown planner kind {kind!r}", code="UNKNOWN_PLANNER")
 
 
-def store() -> OrmRunStore:
+def store(lease_owner: str | None = None) -> OrmRunStore:
     from runs.doorbell import ring_after_commit
 
-    return OrmRunStore(on_commit_events=ring_after_commit)
+    return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
 def executor() -> ThreadExecutor:
-    return ThreadExecutor(
+    from runs.faults import FaultingExecutor
+    from runs.isolation import run_isolated
+
+    return FaultingExecutor(
         registry=registry(),
         secrets=getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
         services={"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
         # A tool thread opens its own database connection; close it when the thread ends.
         on_thread_exit=connections.close_all,
+        isolated_call=run_isolated,
     )
 
 
-def runner() -> Runner:
+def runner(lease_owner: str | None = None) -> Runner:
     from memory.selectors import preferences_for_planner
+    from runs.leases import watch_tool
 
     return Runner(
-        store=store(),
+        store=store(lease_owner),
+        watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner),
         registry=registry(),
         executor=executor(),
         planner_for=planner_for,

@@ -25,7 +25,7 @@ class Grant(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["run", "id"]
+        ordering = ["id"]
         constraints = [
             models.CheckConstraint(
                 condition=Q(max_calls__isnull=True) | Q(calls_used__lte=models.F("max_calls")),

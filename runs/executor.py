@@ -1,8 +1,8 @@
 """Runs one executable command: deadline, cooperative cancel, secrets injection, output scrub,
-reconcile on an unknown outcome, output schema and post-condition check.
+reconcile on an unknown outcome, output schema and post-condition check, crash recovery.
 
-Plain Python (threads). The Django wiring passes ``on_thread_exit`` to close the tool thread's
-database connection.
+Plain Python (threads, and a child process for isolated tools). The Django wiring passes
+``on_thread_exit`` to close the tool thread's database connection.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from policy.domain.contracts import CancelSignal, ToolContext, ToolContract
+from policy.domain.contracts import CancelSignal, SideEffect, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import scrub
@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # before its outcome is declared unknown.
 CANCEL_GRACE_S = 0.5
 
+Call = Callable[[ToolContract, dict[str, Any], ToolContext, ExecutableCommand], ToolOutcome]
+
 
 class ThreadExecutor:
     def __init__(
@@ -37,12 +39,15 @@ class ThreadExecutor:
         services: Mapping[str, Any] | None = None,
         on_thread_exit: Callable[[], None] | None = None,
         clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        isolated_call: Call | None = None,
     ) -> None:
         self.registry = registry
         self.secrets = secrets or {}
         self.services = services or {}
         self.on_thread_exit = on_thread_exit
         self.clock = clock
+        # Runs a tool marked ``isolated`` in a child process that is killed at its deadline.
+        self.isolated_call = isolated_call
 
     def run(
         self,
@@ -51,12 +56,114 @@ class ThreadExecutor:
         state: RunState,
         cancel: CancelSignal,
     ) -> Execution:
+        ctx = self.context(command, contract, state, cancel)
+        started = time.monotonic()
+        args = dict(command.validated_arguments)
+        if contract.isolated and self.isolated_call is not None:
+            isolated = self.isolated_call
+            outcome = isolated(contract, args, ctx, command)
+        else:
+            outcome = self._call(lambda: contract.execute(args, ctx), command, cancel)
+        reconciled = False
+        if outcome.status is OutcomeStatus.UNKNOWN and contract.reconcile is not None:
+            # seed §15: never retry blind under a new token; ask the world with the same one.
+            checked = self._reconcile(command, contract, ctx)
+            if checked.status is not OutcomeStatus.UNKNOWN:
+                outcome, reconciled = checked, True
+        return self._finish(outcome, command, contract, ctx, started, reconciled)
+
+    def recover(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        cancel: CancelSignal,
+    ) -> tuple[str, Execution]:
+        """Settle a command whose worker died between intent and outcome.
+
+        1. ``reconcile(token)`` when the tool has one: the world says what happened. Present:
+           the outcome is recorded as reconciled. Absent: executing the command now, under the
+           same token, is its first effect, not a second one.
+        2. Without an answer, a read or an idempotent write is executed again under the same
+           token: a repeated call cannot make a second effect.
+        3. Otherwise the effect is unknown: a person decides (handoff).
+        """
+        ctx = self.context(command, contract, state, cancel)
+        started = time.monotonic()
+        replayable = contract.side_effect in (SideEffect.READ, SideEffect.IDEMPOTENT_WRITE)
+        if contract.reconcile is not None:
+            checked = self._reconcile(command, contract, ctx)
+            if checked.status is OutcomeStatus.SUCCEEDED:
+                return "reconciled", self._finish(checked, command, contract, ctx, started, True)
+            if checked.status is not OutcomeStatus.UNKNOWN:
+                replayable = True  # known absent
+        if replayable:
+            return "re-executed", self.run(command, contract, state, cancel)
+        unknown = ToolOutcome.unknown("WORKER_LOST", "the worker died while the tool ran")
+        return "unknown", self._finish(unknown, command, contract, ctx, started, False)
+
+    def _reconcile(
+        self, command: ExecutableCommand, contract: ToolContract, ctx: ToolContext
+    ) -> ToolOutcome:
+        reconcile = contract.reconcile
+        if reconcile is None:
+            return ToolOutcome.unknown("NO_RECONCILE", "the tool cannot be asked")
+        args = dict(command.validated_arguments)
+        token = command.idempotency_token
+        return self._call(
+            lambda: reconcile(token, args, ctx),
+            command,
+            CancelSignal(),
+            budget_ms=contract.timeout_ms,
+        )
+
+    def _finish(
+        self,
+        outcome: ToolOutcome,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        ctx: ToolContext,
+        started: float,
+        reconciled: bool,
+    ) -> Execution:
+        outcome = _scrubbed(outcome, ctx.secrets)
+        violation = None
+        verification = None
+        if outcome.status is OutcomeStatus.SUCCEEDED:
+            registered = self.registry.get(contract.name, contract.version)
+            found = registered.output_violation(outcome.value) if registered else None
+            violation = found.code if found else None
+            if violation is None and contract.verify is not None:
+                args = dict(command.validated_arguments)
+                verification = self._verify(contract, args, outcome.value or {}, ctx)
+                if ctx.secrets:
+                    verification = verification.model_copy(
+                        update={
+                            "code": scrub(verification.code, ctx.secrets.values()),
+                            "details": scrub(verification.details, ctx.secrets.values()),
+                        }
+                    )
+        return Execution(
+            outcome=outcome,
+            verification=verification,
+            output_violation=violation,
+            reconciled=reconciled,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+
+    def context(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        cancel: CancelSignal,
+    ) -> ToolContext:
         secrets = {
             k: v
             for k, v in self.secrets.get(contract.name, {}).items()
             if k in contract.secret_names
         }
-        ctx = ToolContext(
+        return ToolContext(
             run_id=state.run_id,
             subject=state.subject,
             step=state.step,
@@ -66,36 +173,6 @@ class ThreadExecutor:
             confirmation_id=command.confirmation_id,
             secrets=secrets,
             services=self.services,
-        )
-        started = time.monotonic()
-        args = dict(command.validated_arguments)
-        outcome = self._call(lambda: contract.execute(args, ctx), command, cancel)
-        reconciled = False
-        if outcome.status is OutcomeStatus.UNKNOWN and contract.reconcile is not None:
-            # seed §15: never retry blind under a new token; ask the world with the same one.
-            checked = self._call(
-                lambda: contract.reconcile(command.idempotency_token, args, ctx),
-                command,
-                CancelSignal(),
-                budget_ms=contract.timeout_ms,
-            )
-            if checked.status is not OutcomeStatus.UNKNOWN:
-                outcome, reconciled = checked, True
-        outcome = _scrubbed(outcome, secrets)
-        violation = None
-        verification = None
-        if outcome.status is OutcomeStatus.SUCCEEDED:
-            registered = self.registry.get(contract.name, contract.version)
-            found = registered.output_violation(outcome.value) if registered else None
-            violation = found.code if found else None
-            if violation is None and contract.verify is not None:
-                verification = self._verify(contract, args, outcome.value or {}, ctx)
-        return Execution(
-            outcome=outcome,
-            verification=verification,
-            output_violation=violation,
-            reconciled=reconciled,
-            duration_ms=int((time.monotonic() - started) * 1000),
         )
 
     def _call(
@@ -112,7 +189,7 @@ class ThreadExecutor:
 
         def target() -> None:
             try:
-                box.append(_checked(fn(), command))
+                box.append(_checked(fn()))
             except Exception as exc:  # an adapter bug: a stable internal code, never a traceback
                 log.warning("tool %s raised %s", command.tool_name, type(exc).__name__)
                 box.append(
@@ -124,13 +201,18 @@ class ThreadExecutor:
 
         thread = threading.Thread(target=target, name=f"tool-{command.tool_name}", daemon=True)
         thread.start()
-        thread.join(remaining_ms / 1000)
+        # Wake on completion, deadline or cancel, whichever comes first.
+        deadline = time.monotonic() + remaining_ms / 1000
+        while thread.is_alive() and time.monotonic() < deadline and not cancel.cancelled:
+            thread.join(min(0.05, max(0.0, deadline - time.monotonic())))
         if thread.is_alive():
-            cancel.cancel("TOOL_TIMEOUT")
+            if not cancel.cancelled:
+                cancel.cancel("TOOL_TIMEOUT")
             thread.join(CANCEL_GRACE_S)
         if box:
             return box[0]
-        return ToolOutcome.unknown("TOOL_TIMEOUT", "the tool did not answer before its deadline")
+        code = "TOOL_TIMEOUT" if cancel.reason == "TOOL_TIMEOUT" else "TOOL_CANCEL_UNCONFIRMED"
+        return ToolOutcome.unknown(code, "the tool did not stop or answer in time")
 
     def _verify(
         self, contract: ToolContract, args: dict[str, Any], value: dict[str, Any], ctx: ToolContext
@@ -144,7 +226,7 @@ class ThreadExecutor:
             return Verification(ok=False, code="VERIFY_INTERNAL_ERROR")
 
 
-def _checked(value: Any, command: ExecutableCommand) -> ToolOutcome:
+def _checked(value: Any) -> ToolOutcome:
     if not isinstance(value, ToolOutcome):
         return ToolOutcome.failed(
             "TOOL_CONTRACT_VIOLATION", "tool returned no ToolOutcome", retryable=False
@@ -159,5 +241,6 @@ def _scrubbed(outcome: ToolOutcome, secrets: Mapping[str, str]) -> ToolOutcome:
         update={
             "value": scrub(outcome.value, secrets.values()),
             "message": scrub(outcome.message, secrets.values()),
+            "code": scrub(outcome.code, secrets.values()),
         }
     )

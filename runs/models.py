@@ -54,6 +54,11 @@ class Run(models.Model):
     observation_seq = models.PositiveIntegerField(default=0)
     planner = models.JSONField(default=dict)
     budgets = models.JSONField(default=dict)
+    # Fault injection plan from a scenario file (trusted configuration, never planner output).
+    faults = models.JSONField(default=dict, blank=True)
+    # One worker at a time (not run state: never part of the version compare-and-set).
+    lease_owner = models.CharField(max_length=128, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -71,7 +76,11 @@ class Run(models.Model):
                 condition=Q(step__lte=F("max_steps")), name="run_step_within_budget"
             ),
         ]
-        indexes = [models.Index(fields=["status", "-created_at"], name="run_status_created")]
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="run_status_created"),
+            # The sweeper: active runs whose lease is missing or expired.
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
@@ -96,7 +105,7 @@ class TraceEvent(models.Model):
     objects = TraceEventQuerySet.as_manager()
 
     class Meta:
-        ordering = ["run", "sequence"]
+        ordering = ["run_id", "sequence"]
         constraints = [
             models.UniqueConstraint(fields=["run", "sequence"], name="trace_run_sequence_unique"),
             models.CheckConstraint(condition=Q(sequence__gte=1), name="trace_sequence_positive"),
@@ -127,7 +136,7 @@ class Observation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["run", "id"]
+        ordering = ["id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "observation_id"], name="observation_run_id_unique"
@@ -183,7 +192,7 @@ class LedgerEntry(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["run", "id"]
+        ordering = ["id"]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=LEDGER_STATUSES), name="ledger_status_valid"
@@ -210,7 +219,7 @@ class Artifact(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["run", "id"]
+        ordering = ["id"]
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.path}"
@@ -234,3 +243,53 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return f"{self.corpus}/{self.slug}"
+
+
+class Handoff(models.Model):
+    """A run handed to a person (seed §14). Resolved only through ``runs.handoffs`` commands."""
+
+    STATUSES = ("open", "claimed", "resolved")
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="handoffs")
+    reason = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, default="open")
+    bundle = models.JSONField()
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolution = models.JSONField(null=True, blank=True)
+    opened_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "claimed", "resolved"]), name="handoff_status_valid"
+            ),
+            # A run has at most one unresolved handoff: reviewers never race on two bundles.
+            models.UniqueConstraint(
+                fields=["run"], condition=~Q(status="resolved"), name="handoff_one_open_per_run"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "-opened_at"], name="handoff_inbox")]
+
+    def __str__(self) -> str:
+        return f"handoff {self.pk} {self.reason} ({self.status})"
+
+
+class FaultFiring(models.Model):
+    """A fault that must fire once (a worker crash) records that it fired, before it fires."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="+")
+    fault = models.CharField(max_length=64)
+    fired_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "fault"], name="fault_fires_once_per_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.fault}"

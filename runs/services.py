@@ -16,7 +16,7 @@ from django.db import transaction
 from agentconsole import wiring
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import DomainError, NotFound
+from policy.domain.errors import DomainError, LeaseLost, NotFound
 from policy.domain.grants import CapabilityGrant
 from runs.domain import step as steps
 from runs.domain import trace as ev
@@ -51,6 +51,8 @@ def run_create(
     granted_by: Any = None,
     now_ms: int | None = None,
     enqueue: bool = False,
+    faults: dict[str, Any] | None = None,
+    queue: str | None = None,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -75,9 +77,11 @@ def run_create(
     bound_confirmations, proposals = [], {}
     for c in confirmations:
         p = c["proposal"]
+        # Ids from a file are names within the run; the stored id is scoped by the run id.
+        cid = f"{run_id}:{c['confirmation_id']}"
         bound_confirmations.append(
             Confirmation(
-                confirmation_id=c["confirmation_id"],
+                confirmation_id=cid,
                 run_id=run_id,
                 proposal_hash=proposal_hash(p["tool_name"], p["tool_version"], p["arguments"]),
                 status=ConfirmationStatus.APPROVED
@@ -86,7 +90,7 @@ def run_create(
                 expires_at_step=c["expires_at_step"],
             )
         )
-        proposals[c["confirmation_id"]] = p
+        proposals[cid] = p
     store = wiring.store()
     with transaction.atomic():
         store.create(
@@ -98,6 +102,7 @@ def run_create(
             budgets=budgets.model_dump(),
             granted_by=granted_by,
             proposals=proposals,
+            faults=faults,
         )
         created = steps.Commit(expected_version=state.version, state=state.model_copy(deep=True))
         created.events.append(
@@ -110,20 +115,42 @@ def run_create(
         created.state.version += 1
         state = store.apply(created)
         if enqueue:
-            _enqueue_on_commit(run_id)
+            _enqueue_on_commit(run_id, queue)
     return state
 
 
-def _enqueue_on_commit(run_id: str) -> None:
+def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:
+    # Tasks take ids only and are enqueued after commit, so a worker never sees a missing run.
+    transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
+
+
+def enqueue_advance(run_id: str, *, queue: str | None = None) -> None:
     from runs.tasks import advance_run
 
-    # Tasks take ids only and are enqueued after commit, so a worker never sees a missing run.
-    transaction.on_commit(lambda: advance_run.delay(run_id))
+    if queue:
+        advance_run.apply_async((run_id,), queue=queue)
+    else:
+        advance_run.delay(run_id)
 
 
-def run_advance(*, run_id: str) -> RunState:
-    """Advance a run until it waits, stops or ends (called by the worker and by run_fixture)."""
-    return wiring.runner().advance(run_id)
+def run_state(*, run_id: str) -> RunState:
+    return wiring.store().load(run_id)
+
+
+def run_advance(*, run_id: str) -> RunState | None:
+    """Advance a run until it waits, stops or ends, holding its lease; None if another worker
+    holds it (that worker advances it; this one leaves it alone)."""
+    from runs.leases import lease_acquire, lease_release, new_owner
+
+    owner = new_owner()
+    if not lease_acquire(run_id=run_id, owner=owner):
+        return None
+    try:
+        return wiring.runner(owner).advance(run_id)
+    except LeaseLost:
+        return None
+    finally:
+        lease_release(run_id=run_id, owner=owner)
 
 
 def confirmation_decide(

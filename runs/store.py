@@ -19,14 +19,18 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.decisions import ExecutableCommand, restore_command
+from policy.domain.errors import LeaseLost, NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation, ObservationKind, TrustLabel
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
+from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
 from runs.domain.step import Commit
+
+HANDOFF_OBSERVATIONS = 5
 
 _STATE_FIELDS = [f for f in RunState.model_fields if f not in ("run_id", "goal", "subject")]
 
@@ -82,9 +86,11 @@ class OrmLookups:
 
 
 class OrmRunStore:
-    def __init__(self, on_commit_events: Any = None) -> None:
+    def __init__(self, on_commit_events: Any = None, lease_owner: str | None = None) -> None:
         # Called after commit with (run_id, last_sequence): the realtime doorbell.
         self.on_commit_events = on_commit_events
+        # When set, every write also requires that this worker still holds the run's lease.
+        self.lease_owner = lease_owner
 
     def create(
         self,
@@ -97,6 +103,7 @@ class OrmRunStore:
         budgets: dict[str, Any] | None = None,
         granted_by: Any = None,
         proposals: Mapping[str, dict[str, Any]] | None = None,
+        faults: dict[str, Any] | None = None,
     ) -> RunState:
         with transaction.atomic():
             m.Run.objects.create(
@@ -106,6 +113,7 @@ class OrmRunStore:
                 owner=owner,
                 planner=planner,
                 budgets=budgets or {},
+                faults=faults or {},
                 **_state_fields(state),
             )
             Grant.objects.bulk_create(
@@ -174,10 +182,16 @@ class OrmRunStore:
         run_id = state.run_id
         # Compare-and-set: the race is two writers (workers, a cancel, a decision) that read the
         # same version; exactly one update matches, the other sees 0 rows.
-        updated = m.Run.objects.filter(pk=run_id, version=commit.expected_version).update(
-            **_state_fields(state), updated_at=timezone.now()
-        )
+        match = m.Run.objects.filter(pk=run_id, version=commit.expected_version)
+        if self.lease_owner is not None:
+            match = match.filter(lease_owner=self.lease_owner)
+        updated = match.update(**_state_fields(state), updated_at=timezone.now())
         if updated != 1:
+            if (
+                self.lease_owner is not None
+                and not m.Run.objects.filter(pk=run_id, lease_owner=self.lease_owner).exists()
+            ):
+                raise LeaseLost("the run's lease passed to another worker", run_id=run_id)
             raise VersionConflict("run changed since it was read", run_id=run_id)
         if commit.events:
             m.TraceEvent.objects.bulk_create(
@@ -233,6 +247,13 @@ class OrmRunStore:
             )
             if n != 1:
                 raise VersionConflict("ledger row already settled", run_id=run_id)
+        if commit.ledger_attempt is not None:
+            token, attempt = commit.ledger_attempt
+            n = m.LedgerEntry.objects.filter(
+                idempotency_token=token, status="started", attempt=attempt - 1
+            ).update(attempt=attempt)
+            if n != 1:
+                raise VersionConflict("ledger attempt moved concurrently", run_id=run_id)
         if commit.confirmation_request is not None:
             r = commit.confirmation_request
             ConfirmationRow.objects.create(
@@ -270,6 +291,30 @@ class OrmRunStore:
             ).update(calls_used=F("calls_used") + 1)
             if n != 1:
                 raise VersionConflict("grant used up concurrently", run_id=run_id)
+        if commit.handoff_reason is not None:
+            self._open_handoff(state, commit.handoff_reason)
+
+    def _open_handoff(self, state: RunState, reason: str) -> None:
+        trusted = m.Observation.objects.filter(run_id=state.run_id).exclude(
+            trust="untrusted-content"
+        )
+        observations = [
+            {"observation_id": o.observation_id, "trust": o.trust, "kind": o.kind,
+             "content": o.content}
+            for o in reversed(list(trusted.order_by("-id")[:HANDOFF_OBSERVATIONS]))
+        ]  # fmt: skip
+        effects = [
+            {"idempotency_token": r.idempotency_token, "tool": r.tool_name,
+             "version": r.tool_version, "status": r.status, "attempt": r.attempt,
+             "outcome": r.outcome, "verification": r.verification}
+            for r in m.LedgerEntry.objects.filter(
+                run_id=state.run_id, status__in=["started", "unknown", "compensation-required"]
+            )
+        ]  # fmt: skip
+        bundle = build_handoff_bundle(
+            state=state, reason=reason, trusted_observations=observations, unknown_effects=effects
+        )
+        m.Handoff.objects.create(run_id=state.run_id, reason=reason, bundle=bundle)
 
     def grants(self, run_id: str) -> list[CapabilityGrant]:
         return [
@@ -314,3 +359,33 @@ class OrmRunStore:
 
     def planner_config(self, run_id: str) -> dict[str, Any]:
         return m.Run.objects.values_list("planner", flat=True).get(pk=run_id)
+
+    def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
+        """The command whose intent committed but whose outcome did not (a crashed worker)."""
+        row = m.LedgerEntry.objects.filter(run_id=run_id, status="started").first()
+        if row is None:
+            return None
+        return command_from_row(row), row.attempt
+
+    def run_faults(self, run_id: str) -> dict[str, Any]:
+        return m.Run.objects.values_list("faults", flat=True).get(pk=run_id) or {}
+
+
+def command_from_row(row: m.LedgerEntry) -> ExecutableCommand:
+    return restore_command(
+        command_id=f"{row.run_id}:{row.proposal_id}",
+        run_id=row.run_id,
+        proposal_id=row.proposal_id,
+        tool_name=row.tool_name,
+        tool_version=row.tool_version,
+        validated_arguments=row.arguments,
+        arguments_hash=row.arguments_hash,
+        proposal_hash=row.proposal_hash,
+        idempotency_token=row.idempotency_token,
+        resource=row.resource,
+        deadline_ms=row.deadline_ms,
+        granted_capabilities=(),
+        grant_ids=tuple(row.grant_ids),
+        confirmation_id=row.confirmation_id,
+        consume_confirmation=False,
+    )

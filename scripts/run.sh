@@ -30,7 +30,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$BIN/celery" -A agentconsole worker -l info --concurrency 2 --pool prefork &
+# -B: the periodic sweeper runs inside this one worker (embedded mode has a single worker).
+"$BIN/celery" -A agentconsole worker -B -s var/celerybeat-schedule -l info --concurrency 2 \
+    --pool prefork &
 pids+=($!)
 "$BIN/daphne" -b 127.0.0.1 -p "$PORT" agentconsole.asgi:application &
 pids+=($!)

@@ -154,6 +154,18 @@ SemanticCheck = Callable[[dict[str, Any], CallFacts], "tuple[str, str] | None"]
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """``failed(retryable)`` is retried by the runner, same command and token, up to
+    ``max_attempts`` attempts in all, waiting ``backoff_ms * 2**(attempt-1)`` between them."""
+
+    max_attempts: int = 3
+    backoff_ms: int = 100
+
+    def delay_ms(self, attempt: int) -> int:
+        return self.backoff_ms * 2 ** (attempt - 1)
+
+
+@dataclass(frozen=True)
 class PollingPolicy:
     """A tool meant to be polled: identical calls allowed up to ``max_polls`` in a run."""
 
@@ -181,6 +193,10 @@ class ToolContract:
     compensate: Compensate | None = None
     semantic_checks: tuple[SemanticCheck, ...] = ()
     polling: PollingPolicy | None = None
+    retry: RetryPolicy | None = None
+    # Fault injection only (scenario ``verify_mismatch``): change the stored effect behind the
+    # tool's back, as another writer or a broken storage would, so ``verify`` can catch it.
+    tamper: Callable[[dict[str, Any], ToolContext], None] | None = None
     max_input_bytes: int = 16 * 1024
     isolated: bool = False
     secret_names: tuple[str, ...] = ()

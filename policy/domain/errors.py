@@ -48,3 +48,10 @@ class VersionConflict(DomainError):
 class NotFound(DomainError):
     code = "NOT_FOUND"
     http_status = 404
+
+
+class LeaseLost(DomainError):
+    """This worker no longer holds the run's lease: another one advances it now."""
+
+    code = "LEASE_LOST"
+    http_status = 409

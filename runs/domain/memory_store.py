@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation
@@ -47,6 +48,8 @@ class MemoryStore:
         self._grants: dict[str, dict[str, CapabilityGrant]] = defaultdict(dict)
         self._confirmations: dict[str, dict[str, Confirmation]] = defaultdict(dict)
         self._planner: dict[str, dict[str, Any]] = {}
+        self._commands: dict[str, ExecutableCommand] = {}
+        self.handoffs: dict[str, list[str]] = defaultdict(list)
 
     def create(
         self,
@@ -70,22 +73,11 @@ class MemoryStore:
             return self.runs[run_id].model_copy(deep=True)
 
     def apply(self, commit: Commit) -> RunState:
+        """All preconditions first, then all writes: the lock plays the transaction."""
         state = commit.state
         run_id = state.run_id
         with self._lock:
-            if self.runs[run_id].version != commit.expected_version:
-                raise VersionConflict("run changed", run_id=run_id)
-            if commit.ledger_intent and commit.ledger_intent.idempotency_token in self.ledger:
-                raise VersionConflict("idempotency token already used", run_id=run_id)
-            decision = commit.confirmation_decision
-            if decision is not None:
-                current = self._confirmations[run_id].get(decision[0])
-                if current is None or current.status is not ConfirmationStatus.PENDING:
-                    raise VersionConflict("confirmation already decided", run_id=run_id)
-                status = ConfirmationStatus.APPROVED if decision[1] else ConfirmationStatus.DECLINED
-                self._confirmations[run_id][decision[0]] = current.model_copy(
-                    update={"status": status}
-                )
+            self._check(commit)
             seq = state.trace_seq
             for draft in commit.events:
                 seq += 1
@@ -103,6 +95,7 @@ class MemoryStore:
                 self.content[run_id].add(obs.content_hash)
             if commit.ledger_intent is not None:
                 c = commit.ledger_intent
+                self._commands[c.idempotency_token] = c
                 self.ledger[c.idempotency_token] = {
                     "run_id": run_id,
                     "idempotency_token": c.idempotency_token,
@@ -115,22 +108,30 @@ class MemoryStore:
                     "verification": None,
                     "attempt": 1,
                 }
+            if commit.ledger_attempt is not None:
+                self.ledger[commit.ledger_attempt[0]]["attempt"] = commit.ledger_attempt[1]
             if commit.ledger_settle is not None:
-                s = commit.ledger_settle
-                row = self.ledger[s.idempotency_token]
-                row.update(status=s.status, outcome=s.outcome, verification=s.verification)
+                settle = commit.ledger_settle
+                self.ledger[settle.idempotency_token].update(
+                    status=settle.status, outcome=settle.outcome, verification=settle.verification
+                )
+            confirmations = self._confirmations[run_id]
             if commit.confirmation_request is not None:
                 r = commit.confirmation_request
-                self._confirmations[run_id][r.confirmation_id] = Confirmation(
+                confirmations[r.confirmation_id] = Confirmation(
                     confirmation_id=r.confirmation_id,
                     run_id=run_id,
                     proposal_hash=r.proposal_hash,
                     status=ConfirmationStatus.PENDING,
                     expires_at_step=r.expires_at_step,
                 )
+            if commit.confirmation_decision is not None:
+                cid, approved = commit.confirmation_decision
+                status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+                confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
             if commit.consume_confirmation is not None:
-                c = self._confirmations[run_id][commit.consume_confirmation]
-                self._confirmations[run_id][c.confirmation_id] = c.model_copy(
+                cid = commit.consume_confirmation
+                confirmations[cid] = confirmations[cid].model_copy(
                     update={"status": ConfirmationStatus.CONSUMED}
                 )
             for grant_id in commit.grant_uses:
@@ -138,14 +139,54 @@ class MemoryStore:
                 self._grants[run_id][grant_id] = g.model_copy(
                     update={"calls_used": g.calls_used + 1}
                 )
+            if commit.handoff_reason is not None:
+                self.handoffs[run_id].append(commit.handoff_reason)
             self.runs[run_id] = state
             return state.model_copy(deep=True)
+
+    def _check(self, commit: Commit) -> None:
+        run_id = commit.state.run_id
+        if self.runs[run_id].version != commit.expected_version:
+            raise VersionConflict("run changed", run_id=run_id)
+        if commit.ledger_intent and commit.ledger_intent.idempotency_token in self.ledger:
+            raise VersionConflict("idempotency token already used", run_id=run_id)
+        if commit.ledger_attempt is not None:
+            token, attempt = commit.ledger_attempt
+            row = self.ledger.get(token)
+            if row is None or row["status"] != "started" or row["attempt"] != attempt - 1:
+                raise VersionConflict("ledger attempt moved concurrently", run_id=run_id)
+        if commit.ledger_settle is not None:
+            row = self.ledger.get(commit.ledger_settle.idempotency_token)
+            if row is None or row["status"] not in ("started", "unknown"):
+                raise VersionConflict("ledger row already settled", run_id=run_id)
+        confirmations = self._confirmations[run_id]
+        if commit.confirmation_request is not None:
+            r = commit.confirmation_request
+            if any(
+                c.proposal_hash == r.proposal_hash and c.status is ConfirmationStatus.PENDING
+                for c in confirmations.values()
+            ):
+                raise VersionConflict("a confirmation is already pending", run_id=run_id)
+        if commit.confirmation_decision is not None:
+            current = confirmations.get(commit.confirmation_decision[0])
+            if current is None or current.status is not ConfirmationStatus.PENDING:
+                raise VersionConflict("confirmation already decided", run_id=run_id)
+        if commit.consume_confirmation is not None:
+            current = confirmations.get(commit.consume_confirmation)
+            if current is None or current.status is not ConfirmationStatus.APPROVED:
+                raise VersionConflict("confirmation already used", run_id=run_id)
+        for grant_id in commit.grant_uses:
+            g = self._grants[run_id].get(grant_id)
+            if g is None or (g.max_calls is not None and g.calls_used >= g.max_calls):
+                raise VersionConflict("grant used up concurrently", run_id=run_id)
 
     def grants(self, run_id: str) -> list[CapabilityGrant]:
         with self._lock:
             return list(self._grants[run_id].values())
 
     def confirmations(self, run_id: str) -> list[Confirmation]:
+        # All of them (the ORM adapter leaves out consumed/expired ones; the gate treats both
+        # the same, since a spent confirmation authorizes nothing).
         with self._lock:
             return list(self._confirmations[run_id].values())
 
@@ -164,3 +205,10 @@ class MemoryStore:
 
     def planner_config(self, run_id: str) -> dict[str, Any]:
         return self._planner[run_id]
+
+    def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
+        with self._lock:
+            for token, row in self.ledger.items():
+                if row["run_id"] == run_id and row["status"] == "started":
+                    return self._commands[token], row["attempt"]
+            return None

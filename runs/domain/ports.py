@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from policy.domain.confirmations import Confirmation
+from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation
 from runs.domain.state import RunState
@@ -41,6 +42,10 @@ class RunStore(Protocol):
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]: ...
 
     def planner_config(self, run_id: str) -> dict[str, Any]: ...
+
+    def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
+        """The command whose intent committed and whose outcome did not, with its attempt."""
+        ...
 
 
 class Clock(Protocol):

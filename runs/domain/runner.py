@@ -10,16 +10,18 @@ authoritative state and decides again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policy.domain.contracts import CancelSignal, ToolContract
-from policy.domain.decisions import ExecutableCommand
+from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.errors import VersionConflict
-from policy.domain.proposals import ToolOutcome, Verification
+from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
 from runs.domain.machine import Status
@@ -51,6 +53,24 @@ class Executor(Protocol):
         cancel: CancelSignal,
     ) -> Execution: ...
 
+    def recover(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        cancel: CancelSignal,
+    ) -> tuple[str, Execution]: ...
+
+
+# Wraps a tool's execution: renews the worker's lease and turns a "cancelling" run into a
+# cancel signal for the running tool. The default watches nothing (in-process runs).
+Watch = Callable[[str, CancelSignal], AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def _no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
+    yield
+
 
 class SystemClock:
     def now_ms(self) -> int:
@@ -67,6 +87,7 @@ class Runner:
         planner_for: Callable[[dict[str, Any]], Planner],
         clock: Clock | None = None,
         context_extras: Callable[[RunState], dict[str, Any]] | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -74,6 +95,7 @@ class Runner:
         self.planner_for = planner_for
         self.clock = clock or SystemClock()
         self.context_extras = context_extras
+        self.watch = watch or _no_watch
 
     def advance(self, run_id: str, *, max_iterations: int = 100_000) -> RunState:
         """Advance the run until it waits for a person, stops or ends; return its state."""
@@ -88,6 +110,13 @@ class Runner:
         conflicts = 0
         for _ in range(max_iterations):
             state = self.store.load(run_id)
+            if state.status in (Status.RUNNING, Status.CANCELLING):
+                orphan = self.store.started_command(run_id)
+                if orphan is not None:
+                    # Intent committed, outcome never did: a worker died mid-tool. Settle that
+                    # command first, with its own token; never plan past an unknown effect.
+                    self._recover(state, *orphan)
+                    continue
             try:
                 commit = self._next_commit(state, planner)
                 if commit is None:
@@ -154,16 +183,87 @@ class Runner:
             preferences=extras.get("preferences", {}),
         )
 
-    def _execute(self, state: RunState, command: ExecutableCommand) -> None:
+    def _contract(self, command: ExecutableCommand) -> ToolContract:
         registered = self.registry.get(command.tool_name, command.tool_version)
         if registered is None:  # the gate only issues commands for registered tools
             raise RuntimeError(f"command for unregistered tool {command.tool_name}")
-        contract = registered.contract
-        execution = self.executor.run(command, contract, state, CancelSignal())
+        return registered.contract
+
+    def _execute(self, state: RunState, command: ExecutableCommand, attempt: int = 1) -> None:
+        """Run the command; retry a retryable failure under its retry policy, same token."""
+        contract = self._contract(command)
+        cancel = CancelSignal()
+        with self.watch(state.run_id, cancel):
+            while True:
+                if attempt > 1:
+                    command = self._fresh(command, contract, state)
+                execution = self.executor.run(command, contract, state, cancel)
+                outcome = execution.outcome
+                policy = contract.retry
+                if (
+                    outcome.status is not OutcomeStatus.FAILED
+                    or not outcome.retryable
+                    or policy is None
+                    or attempt >= policy.max_attempts
+                    or cancel.cancelled
+                ):
+                    break
+                delay = policy.delay_ms(attempt)
+                attempt += 1
+                self._apply_fresh(
+                    state.run_id,
+                    lambda cur, c=command, n=attempt, d=delay, code=outcome.code: steps.retrying(
+                        cur, c, attempt=n, code=code, delay_ms=d
+                    ),
+                )
+                if cancel.wait(delay / 1000):
+                    break  # cancelled during the backoff: settle with what we know
+        self._settle(state.run_id, command, contract, execution)
+
+    def _fresh(
+        self, command: ExecutableCommand, contract: ToolContract, state: RunState
+    ) -> ExecutableCommand:
+        return reissue(
+            command,
+            run_deadline_ms=state.deadline_ms,
+            now_ms=self.clock.now_ms(),
+            timeout_ms=contract.timeout_ms,
+        )
+
+    def _recover(self, state: RunState, command: ExecutableCommand, attempt: int) -> None:
+        contract = self._contract(command)
+        command = self._fresh(command, contract, state)
+        cancel = CancelSignal()
+        with self.watch(state.run_id, cancel):
+            how, execution = self.executor.recover(command, contract, state, cancel)
+        self._apply_fresh(state.run_id, lambda cur: steps.recovered(cur, command, how=how))
+        self._settle(state.run_id, command, contract, execution)
+
+    def _apply_fresh(
+        self,
+        run_id: str,
+        build: Callable[[RunState], steps.Commit],
+        first: RunState | None = None,
+    ) -> RunState:
+        state = first
         for _ in range(MAX_CONFLICT_RETRIES):
-            current = self.store.load(state.run_id)
-            commit = steps.settle(
-                current,
+            try:
+                return self.store.apply(build(state or self.store.load(run_id)))
+            except VersionConflict:
+                state = None  # a cancel or decision landed meanwhile: rebuild on fresh state
+        raise VersionConflict("run too busy to record", run_id=run_id)
+
+    def _settle(
+        self, run_id: str, command: ExecutableCommand, contract: ToolContract, execution: Execution
+    ) -> None:
+        current = self.store.load(run_id)
+        if current.status is Status.RUNNING and self.clock.now_ms() >= current.deadline_ms:
+            # The run's deadline came while the tool ran: cancelling, then the effect decides.
+            current = self._apply_fresh(run_id, steps.deadline_during_tool)
+
+        def build(cur: RunState) -> steps.Commit:
+            return steps.settle(
+                cur,
                 command,
                 execution.outcome,
                 contract=contract,
@@ -171,11 +271,7 @@ class Runner:
                 verification=execution.verification,
                 reconciled=execution.reconciled,
                 duration_ms=execution.duration_ms,
-                lookups=self.store.lookups(state.run_id),
+                lookups=self.store.lookups(run_id),
             )
-            try:
-                self.store.apply(commit)
-                return
-            except VersionConflict:
-                continue  # a cancel landed while the tool ran: settle against the new state
-        raise VersionConflict("could not record the tool outcome", run_id=state.run_id)
+
+        self._apply_fresh(run_id, build, first=current)

@@ -87,6 +87,8 @@ class Commit:
     confirmation_decision: tuple[str, bool] | None = None
     grant_uses: tuple[str, ...] = ()
     handoff_reason: str | None = None
+    # (idempotency_token, attempt): the next attempt of a started command, same token.
+    ledger_attempt: tuple[str, int] | None = None
 
     @property
     def command(self) -> ExecutableCommand | None:
@@ -152,6 +154,16 @@ class _Builder:
         self.s.last_observation_id = obs.observation_id
         return obs
 
+    def absorb(self, fingerprint: str) -> None:
+        """The first answer to a proposal (its result or its rejection) is that proposal's
+        baseline, not news that justifies repeating it: fold it into the guard entry."""
+        entry = self.s.loop_guard.get(fingerprint)
+        if entry is not None and entry["n"] == 1:
+            self.s.loop_guard = {
+                **self.s.loop_guard,
+                fingerprint: {**entry, "k": self.s.knowledge_version},
+            }
+
     def reject(self, proposal_id: str | None, layer: str, code: str, **summary: Any) -> None:
         self.emit(ev.PROPOSAL_REJECTED, proposal_id, layer=layer, code=code, **summary)
         self.observe(
@@ -162,6 +174,8 @@ class _Builder:
         )
 
     def done(self) -> Commit:
+        if self.commit.handoff_reason is not None:
+            self.emit(ev.HANDOFF_OPENED, None, reason=self.commit.handoff_reason)
         self.s.version = self.commit.expected_version + 1
         return self.commit
 
@@ -233,14 +247,17 @@ def decide(
         b.s.step += 1
         b.s.planner_cursor += 1
         kind = raw_output.get("kind") if isinstance(raw_output, dict) else None
-        b.emit(ev.PLANNER_OUTPUT, _pid(raw_output), kind=str(kind), step=b.s.step, source=source)
+        kind = kind if kind in ("tool", "final") else "invalid"  # untrusted: never echoed
+        b.emit(ev.PLANNER_OUTPUT, _pid(raw_output), kind=kind, step=b.s.step, source=source)
 
     try:
         output = parse_planner_output(raw_output)
     except ParseError as exc:
-        if _loop_stop(b, _fingerprint_raw(raw_output), None, None):
+        fingerprint = _fingerprint_raw(raw_output)
+        if _loop_stop(b, fingerprint, None, None):
             return b.done()
         b.reject(_pid(raw_output), "parse", exc.code)
+        b.absorb(fingerprint)
         return b.done()
 
     if isinstance(output, FinalProposal):
@@ -363,6 +380,7 @@ def _tool(
 
     if isinstance(decision, Reject):
         b.reject(pid, decision.layer, decision.code, **summary)
+        b.absorb(p_hash)
         return b.done()
     if isinstance(decision, Stop):
         b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
@@ -402,6 +420,7 @@ def _tool(
         # Same run, proposal id and arguments as a command already issued: its token is taken.
         # Executing again would be a second effect under the same identity; refuse instead.
         b.reject(pid, "state", "PROPOSAL_ALREADY_EXECUTED", **summary)
+        b.absorb(p_hash)
         return b.done()
     s.tool_calls += 1
     s.stop_reason = None
@@ -495,7 +514,7 @@ def settle(
         )
         b.emit(ev.TOOL_RESULT_VALIDATED, pid, valid=False, code=output_violation)
         _fail_or_cancel(b, "TOOL_OUTPUT_INVALID", pid, known=True)
-        return b.done()
+        return _settled(b, command)
 
     if outcome.status is OutcomeStatus.SUCCEEDED:
         if verification is not None and not verification.ok:
@@ -506,7 +525,7 @@ def settle(
             b.emit(ev.TOOL_VERIFICATION_FAILED, pid, code=code)
             b.commit.handoff_reason = "TOOL_POSTCONDITION_FAILED"
             _fail_or_cancel(b, "TOOL_POSTCONDITION_FAILED", pid, known=True)
-            return b.done()
+            return _settled(b, command)
         b.commit.ledger_settle = LedgerSettle(
             token,
             ledger_ok,
@@ -528,7 +547,7 @@ def settle(
             citable=True,
         )
         _continue_or_cancel(b, pid)
-        return b.done()
+        return _settled(b, command)
 
     if outcome.status is OutcomeStatus.UNKNOWN:
         b.commit.ledger_settle = LedgerSettle(token, "unknown", _outcome_summary(outcome))
@@ -538,7 +557,7 @@ def settle(
             b.stop(Event.UNKNOWN_EFFECT, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
         else:
             b.stop(Event.FAIL, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
-        return b.done()
+        return _settled(b, command)
 
     # rejected, or failed: known not to have taken effect.
     b.commit.ledger_settle = LedgerSettle(token, outcome.status.value, _outcome_summary(outcome))
@@ -548,8 +567,13 @@ def settle(
     b.observe("tool", ObservationKind.TOOL_RESULT, TrustLabel.TRUSTED_TOOL, content)
     if outcome.status is OutcomeStatus.FAILED and not outcome.retryable:
         _fail_or_cancel(b, "TOOL_FAILED", pid, known=True, code=outcome.code)
-        return b.done()
+        return _settled(b, command)
     _continue_or_cancel(b, pid)
+    return _settled(b, command)
+
+
+def _settled(b: _Builder, command: ExecutableCommand) -> Commit:
+    b.absorb(command.proposal_hash)
     return b.done()
 
 
@@ -562,16 +586,24 @@ def _outcome_summary(outcome: ToolOutcome, code: str | None = None) -> dict[str,
     }
 
 
+def _cancel_reason(b: _Builder) -> str:
+    # A run cancelled by its deadline keeps saying so; otherwise a person or system cancelled it.
+    return "DEADLINE_REACHED" if b.s.stop_reason == "DEADLINE_REACHED" else "CANCELLED"
+
+
 def _continue_or_cancel(b: _Builder, pid: str) -> None:
     if b.s.status is Status.CANCELLING:
-        b.stop(Event.EFFECTS_CHECKED, "CANCELLED", pid)
+        b.stop(Event.EFFECTS_CHECKED, _cancel_reason(b), pid)
     elif b.s.status is Status.RUNNING:
         b.move(Event.STEP, pid)
 
 
 def _fail_or_cancel(b: _Builder, reason: str, pid: str, *, known: bool, **details: Any) -> None:
     if b.s.status is Status.CANCELLING:
-        b.stop(Event.EFFECTS_CHECKED if known else Event.UNKNOWN_EFFECT, reason, pid, **details)
+        if known:
+            b.stop(Event.EFFECTS_CHECKED, _cancel_reason(b), pid, cause=reason, **details)
+        else:
+            b.stop(Event.UNKNOWN_EFFECT, reason, pid, **details)
     elif b.s.status not in TERMINAL:
         b.stop(Event.FAIL, reason, pid, **details)
 
@@ -625,5 +657,58 @@ def fail(state: RunState, reason: str, **details: Any) -> Commit:
 def finish_cancel(state: RunState) -> Commit:
     """cancelling → cancelled once no tool is active (its effect is already recorded)."""
     b = _Builder(state, None)
-    b.stop(Event.EFFECTS_CHECKED, "CANCELLED", None)
+    b.stop(Event.EFFECTS_CHECKED, _cancel_reason(b), None)
+    return b.done()
+
+
+def retrying(
+    state: RunState, command: ExecutableCommand, *, attempt: int, code: str | None, delay_ms: int
+) -> Commit:
+    """A retryable failure will be retried: same command, same token, next attempt."""
+    b = _Builder(state, None)
+    b.emit(
+        ev.TOOL_RETRYING,
+        command.proposal_id,
+        tool=command.tool_name,
+        attempt=attempt,
+        code=code,
+        delay_ms=delay_ms,
+        idempotency_token=command.idempotency_token,
+    )
+    b.commit.ledger_attempt = (command.idempotency_token, attempt)
+    return b.done()
+
+
+def recovered(state: RunState, command: ExecutableCommand, *, how: str) -> Commit:
+    """A ``started`` ledger row outlived its worker; say how it is being settled."""
+    b = _Builder(state, None)
+    b.emit(
+        ev.TOOL_RECOVERED,
+        command.proposal_id,
+        tool=command.tool_name,
+        how=how,
+        idempotency_token=command.idempotency_token,
+    )
+    return b.done()
+
+
+def deadline_while_waiting(state: RunState) -> Commit:
+    """waiting_confirmation past the deadline → cancelled (nothing runs while waiting)."""
+    b = _Builder(state, None)
+    b.stop(Event.DEADLINE_REACHED, "DEADLINE_REACHED", _pid(state.pending_proposal))
+    return b.done()
+
+
+def deadline_during_tool(state: RunState) -> Commit:
+    """running past the deadline while a tool is active → cancelling: stop it, check its effect."""
+    b = _Builder(state, None)
+    b.move(Event.DEADLINE_DURING_TOOL)
+    b.s.stop_reason = "DEADLINE_REACHED"
+    return b.done()
+
+
+def handoff_event(state: RunState, event: str, **details: Any) -> Commit:
+    """A handoff was claimed or resolved: recorded in the run's trace, who and why included."""
+    b = _Builder(state, None)
+    b.emit(event, None, **details)
     return b.done()

@@ -1,0 +1,67 @@
+"""Human handoff bundles (seed §14): state and evidence handed to a person, not an error text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runs.domain.state import RunState
+
+# What a reviewer may do, by reason. Every action is a command into the state machine.
+_SAFE_ACTIONS: dict[str, list[str]] = {
+    "TOOL_OUTCOME_UNKNOWN": [
+        "check the external system for the idempotency token",
+        "mark_effect_present or mark_effect_absent after checking",
+        "retry with the same idempotency token",
+    ],
+    "TOOL_POSTCONDITION_FAILED": [
+        "inspect the stored artifact against the recorded hash",
+        "compensate (undo the write) or mark_effect_present if the stored state is right",
+    ],
+    "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION": [
+        "read the repeated proposal and the last observation",
+        "start a new run with a clearer goal or other grants",
+    ],
+    "POLLING_LIMIT_REACHED": ["check the polled resource by hand", "start a new run later"],
+    "MAX_STEPS_REACHED": ["review the partial artifacts", "start a new run with a larger budget"],
+    "MAX_TOOL_CALLS_REACHED": [
+        "review the partial artifacts",
+        "start a new run with a larger budget",
+    ],
+}
+_DEFAULT_SAFE = ["read the trace and observations", "fail the run with a reason"]
+
+FORBIDDEN_AUTOMATIC_ACTIONS = [
+    "retry under a new idempotency token",
+    "set a run status by hand",
+    "re-plan from step one",
+    "treat a tool's success response as a verified business success",
+]
+
+
+def build_handoff_bundle(
+    *,
+    state: RunState,
+    reason: str,
+    trusted_observations: Sequence[dict[str, Any]],
+    unknown_effects: Sequence[dict[str, Any]],
+    required: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The seed's fields: run id, state + version, goal, last trusted observations, pending
+    proposal, required capability/confirmation, unknown effects and their reconciliation
+    status, recommended safe actions, forbidden automatic actions."""
+    return {
+        "run_id": state.run_id,
+        "status": state.status.value,
+        "version": state.version,
+        "reason": reason,
+        "goal": state.goal,
+        "step": state.step,
+        "tool_calls": state.tool_calls,
+        "last_trusted_observations": list(trusted_observations),
+        "pending_proposal": state.pending_proposal,
+        "required": required or {},
+        "unknown_effects": list(unknown_effects),
+        "recommended_safe_actions": _SAFE_ACTIONS.get(reason, _DEFAULT_SAFE),
+        "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS,
+    }

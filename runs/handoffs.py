@@ -1,0 +1,168 @@
+"""Handoff commands (seed §14, SPEC §5): claim and resolve, only through the state machine.
+
+Each resolution is one transaction: a trace event on the run (who, which action, why), the
+ledger row's settled status (compare-and-set on its current status) and the handoff's own
+status. Nobody sets a run status by hand; ``cancel`` and ``fail`` go through the transition
+table like any other command.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentconsole import wiring
+from policy.domain.contracts import CancelSignal
+from policy.domain.decisions import reissue
+from policy.domain.errors import DomainError, NotFound
+from policy.domain.proposals import OutcomeStatus
+from runs import models as m
+from runs.domain import step as steps
+from runs.domain import trace as ev
+from runs.domain.machine import TERMINAL
+from runs.store import command_from_row
+
+ACTIONS = (
+    "retry_same_token",
+    "mark_effect_present",
+    "mark_effect_absent",
+    "compensate",
+    "cancel",
+    "fail",
+)
+
+
+class HandoffError(DomainError):
+    code = "HANDOFF_INVALID"
+    http_status = 409
+
+
+def _who(user: Any) -> str:
+    if isinstance(user, str):
+        return user[:128]
+    return user.get_username()[:128] if user is not None else "system"
+
+
+def _user(user: Any) -> Any:
+    return user if getattr(user, "pk", None) else None
+
+
+def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
+    """open → claimed by ``by``; a second claim is a conflict (compare-and-set on status)."""
+    store = wiring.store()
+    with transaction.atomic():
+        n = m.Handoff.objects.filter(pk=handoff_id, status="open").update(
+            status="claimed", assignee=_user(by), claimed_at=timezone.now()
+        )
+        if n != 1:
+            raise HandoffError("handoff is not open", code="HANDOFF_NOT_OPEN")
+        handoff = m.Handoff.objects.get(pk=handoff_id)
+        _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=_who(by))
+    return handoff
+
+
+def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
+    for _ in range(20):
+        try:
+            store.apply(steps.handoff_event(store.load(run_id), event, **details))
+            return
+        except DomainError:
+            continue
+    raise HandoffError("run too busy", code="RUN_BUSY")
+
+
+def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.Handoff:
+    """Resolve a claimed handoff with one command; the effect check comes from the reviewer
+    (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it."""
+    if action not in ACTIONS:
+        raise HandoffError(f"unknown action {action!r}", code="HANDOFF_ACTION_UNKNOWN")
+    if not reason.strip():
+        raise HandoffError("a reason is required", code="HANDOFF_REASON_REQUIRED")
+    handoff = m.Handoff.objects.filter(pk=handoff_id).first()
+    if handoff is None:
+        raise NotFound("no such handoff", handoff_id=handoff_id)
+    if handoff.status != "claimed":
+        raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
+    row = (
+        m.LedgerEntry.objects.filter(
+            run_id=handoff.run_id, status__in=["unknown", "compensation-required", "started"]
+        )
+        .order_by("-id")
+        .first()
+    )
+    store = wiring.store()
+    result: dict[str, Any] = {"action": action}
+    new_status = None
+    if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
+        if row is None:
+            raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
+        new_status, outcome = _effect_action(action, row, store, by=_who(by), reason=reason)
+        result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
+    with transaction.atomic():
+        if new_status is not None:
+            n = m.LedgerEntry.objects.filter(pk=row.pk, status=row.status).update(
+                status=new_status,
+                verification={"by": _who(by), "reason": reason[:256], **result},
+                finished_at=timezone.now(),
+            )
+            if n != 1:
+                raise HandoffError("the ledger row changed meanwhile", code="HANDOFF_CONFLICT")
+        state = store.load(handoff.run_id)
+        if action in ("cancel", "fail") and state.status not in TERMINAL:
+            commit = (
+                steps.request_cancel(state, by=_who(by), reason=reason, active_tool=False)
+                if action == "cancel"
+                else steps.fail(state, "FAILED_BY_REVIEWER", by=_who(by))
+            )
+            store.apply(commit)
+        _record(store, handoff.run_id, ev.HANDOFF_RESOLVED, handoff=handoff.pk,
+                action=action, by=_who(by), reason=reason[:256],
+                ledger_status=new_status)  # fmt: skip
+        n = m.Handoff.objects.filter(pk=handoff.pk, status="claimed").update(
+            status="resolved", resolution=result, resolved_at=timezone.now()
+        )
+        if n != 1:
+            raise HandoffError("handoff resolved concurrently", code="HANDOFF_CONFLICT")
+    handoff.refresh_from_db()
+    return handoff
+
+
+def _effect_action(
+    action: str, row: m.LedgerEntry, store: Any, *, by: str, reason: str
+) -> tuple[str, dict[str, Any]]:
+    if action == "mark_effect_present":
+        return "reconciled", {"effect": "present"}
+    if action == "mark_effect_absent":
+        return "failed", {"effect": "absent"}
+    registered = wiring.registry().get(row.tool_name, row.tool_version)
+    if registered is None:
+        raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
+    contract = registered.contract
+    state = store.load(row.run_id)
+    command = reissue(
+        command_from_row(row),
+        run_deadline_ms=max(state.deadline_ms, int(time.time() * 1000) + contract.timeout_ms),
+        now_ms=int(time.time() * 1000),
+        timeout_ms=contract.timeout_ms,
+    )
+    executor = wiring.executor()
+    if action == "retry_same_token":
+        # Same command, same idempotency token: an idempotent tool cannot double the effect.
+        execution = executor.run(command, contract, state, CancelSignal())
+        outcome = execution.outcome
+        verified = execution.verification is None or execution.verification.ok
+        if outcome.status is OutcomeStatus.SUCCEEDED and verified:
+            return "reconciled", {"effect": "present", "retried": True}
+        if outcome.status in (OutcomeStatus.FAILED, OutcomeStatus.REJECTED):
+            return "failed", {"effect": "absent", "retried": True, "code": outcome.code}
+        raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
+    if contract.compensate is None:
+        raise HandoffError("this tool cannot compensate", code="COMPENSATION_NOT_SUPPORTED")
+    ctx = executor.context(command, contract, state, CancelSignal())
+    outcome = contract.compensate(dict(command.validated_arguments), ctx)
+    if outcome.status is not OutcomeStatus.SUCCEEDED:
+        raise HandoffError("compensation failed", code="COMPENSATION_FAILED")
+    return "reconciled", {"effect": "compensated"}

@@ -1,0 +1,95 @@
+"""One worker at a time per run, across processes and hosts: a lease row-field with expiry.
+
+Not a process-local lock: two workers on two hosts racing for one run both issue the same
+conditional UPDATE; the database lets exactly one match (STYLE habit 3). A worker that dies
+stops renewing; once the lease expires the sweeper hands the run to another worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connections
+from django.db.models import Q
+from django.utils import timezone
+
+from policy.domain.contracts import CancelSignal
+from runs.domain.machine import Status
+from runs.models import Run
+
+log = logging.getLogger(__name__)
+
+
+def lease_ttl() -> timedelta:
+    return timedelta(seconds=settings.AGENTCONSOLE_LEASE_TTL_S)
+
+
+# How often a worker renews its lease and looks for a cancel while a tool runs.
+WATCH_INTERVAL_S = 0.2
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lease_acquire(*, run_id: str, owner: str) -> bool:
+    """Take the lease if it is free, expired or already ours. True iff we hold it now."""
+    now = timezone.now()
+    # The race: two workers read "free" at once; the WHERE clause makes one UPDATE match.
+    taken = (
+        Run.objects.filter(pk=run_id)
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
+    )
+    return taken == 1
+
+
+def lease_renew(*, run_id: str, owner: str) -> bool:
+    renewed = Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_expires_at=timezone.now() + lease_ttl()
+    )
+    return renewed == 1
+
+
+def lease_release(*, run_id: str, owner: str) -> None:
+    Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_owner=None, lease_expires_at=None)
+
+
+@contextlib.contextmanager
+def watch_tool(run_id: str, cancel: CancelSignal, *, owner: str | None) -> Iterator[None]:
+    """While a tool runs: renew the lease and turn a ``cancelling`` run into a cancel signal.
+
+    The cancel request is a database write by whoever cancels (API, console, command, the
+    deadline sweeper); this watcher is how it reaches the tool in this worker, within
+    ``WATCH_INTERVAL_S``.
+    """
+    done = threading.Event()
+
+    def loop() -> None:
+        try:
+            while not done.wait(WATCH_INTERVAL_S):
+                status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+                if status == Status.CANCELLING.value and not cancel.cancelled:
+                    cancel.cancel("CANCEL_REQUESTED")
+                if owner is not None and not lease_renew(run_id=run_id, owner=owner):
+                    # Someone else holds the run now; stop our tool as soon as it allows.
+                    log.warning("lease of run %s lost while a tool ran", run_id)
+                    cancel.cancel("LEASE_LOST")
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=loop, name=f"watch-{run_id[-8:]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(2)

@@ -1,0 +1,81 @@
+"""The sweeper: finds runs no worker is advancing and hands them back (SPEC §4).
+
+1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
+   waiting), and their pending confirmation → expired.
+2. Active runs (created, running, cancelling) with no live lease that are stale, overdue, or
+   hold a ``started`` ledger row (a worker died mid-tool) → enqueued again. The worker that
+   takes the lease recovers the ledger row first (reconcile, or re-execute under the same
+   token, or handoff) and continues from the authoritative state.
+
+Every step is a compare-and-set; a run that moved meanwhile is simply left for the next sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from agentconsole import wiring
+from policy.domain.errors import DomainError
+from runs import models as m
+from runs.domain import step as steps
+from runs.domain.machine import Status
+
+STALE_AFTER = timedelta(seconds=30)
+BATCH = 500
+
+
+@dataclass
+class SweepReport:
+    expired_waiting: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+
+
+def sweep(
+    *, now_ms: int | None = None, enqueue: bool = True, queue: str | None = None
+) -> SweepReport:
+    """One sweep. ``enqueue=False`` advances stranded runs in this process instead."""
+    from runs import services
+
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now = timezone.now()
+    report = SweepReport()
+    store = wiring.store()
+
+    overdue_waiting = m.Run.objects.filter(
+        status=Status.WAITING_CONFIRMATION.value, deadline_ms__lte=now_ms
+    ).values_list("id", flat=True)[:BATCH]
+    for run_id in overdue_waiting:
+        try:
+            with transaction.atomic():
+                state = store.apply(steps.deadline_while_waiting(store.load(run_id)))
+                from policy.models import Confirmation
+
+                Confirmation.objects.filter(run_id=run_id, status="pending").update(
+                    status="expired"
+                )
+            report.expired_waiting.append(state.run_id)
+        except DomainError:
+            continue  # decided or cancelled meanwhile
+
+    orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status="started")
+    stranded = (
+        m.Run.objects.filter(
+            status__in=[Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]
+        )
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .filter(Q(updated_at__lt=now - STALE_AFTER) | Q(deadline_ms__lte=now_ms) | Exists(orphan))
+        .values_list("id", flat=True)[:BATCH]
+    )
+    for run_id in stranded:
+        report.requeued.append(run_id)
+        if enqueue:
+            services.enqueue_advance(run_id, queue=queue)
+        else:
+            services.run_advance(run_id=run_id)
+    return report
