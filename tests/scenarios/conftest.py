@@ -1,0 +1,212 @@
+"""Scenario-file acceptance tests: fixtures shared by every test in this folder.
+
+Every scenario runs through the real command, ``manage.py run_fixture FILE --json``, in-process
+(``call_command``), and the test reads the JSON it prints (``runs.selectors.run_export``: state,
+trace, observations, ledger, grants, confirmations, preferences, artifacts).
+
+Tools run in a separate thread with their own database connection, so every test that runs a
+scenario uses ``@pytest.mark.django_db(transaction=True)``: the tool thread must see committed rows.
+
+``ScenarioResult`` wraps that JSON with the lookups the tests need and checks, on every run, the
+invariants that hold whatever the scenario (see ``ScenarioResult.check_invariants``).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+import runs
+from runs.corpus import demo_corpus_dir, document_load
+
+SCENARIO_DIR = Path(runs.__file__).resolve().parent / "fixtures" / "scenarios"
+TERMINAL = {"completed", "failed", "cancelled"}
+
+
+class ScenarioResult:
+    """The ``--json`` output of one ``run_fixture`` call, with small lookups."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.state: dict[str, Any] = data["state"]
+        self.trace: list[dict[str, Any]] = data["trace"]
+        self.observations: list[dict[str, Any]] = data["observations"]
+        self.ledger: list[dict[str, Any]] = data["ledger"]
+        self.grants: list[dict[str, Any]] = data["grants"]
+        self.confirmations: list[dict[str, Any]] = data["confirmations"]
+        self.preferences: list[dict[str, Any]] = data["preferences"]
+        self.artifacts: list[dict[str, Any]] = data["artifacts"]
+
+    @property
+    def run_id(self) -> str:
+        return self.state["run_id"]
+
+    @property
+    def status(self) -> str:
+        return self.state["status"]
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.state["stop_reason"]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.trace if e["event"] == name]
+
+    def rejections(self) -> list[tuple[str | None, str, str]]:
+        """(proposal id, layer, code) of every ``proposal.rejected`` event, in order."""
+        return [
+            (e["proposal_id"], e["details"]["layer"], e["details"]["code"])
+            for e in self.events("proposal.rejected")
+        ]
+
+    def ledger_rows(self) -> list[tuple[str, str, str]]:
+        """(proposal id, tool name, status) of every ledger row, in order."""
+        return [(r["proposal_id"], r["tool_name"], r["status"]) for r in self.ledger]
+
+    def observation(self, observation_id: str) -> dict[str, Any]:
+        found = [o for o in self.observations if o["observation_id"] == observation_id]
+        assert len(found) == 1, f"expected one observation {observation_id}, got {found}"
+        return found[0]
+
+    def observation_ids(self) -> list[str]:
+        return [o["observation_id"] for o in self.observations]
+
+    def received(self, proposal_id: str) -> list[dict[str, Any]]:
+        return [e for e in self.events("proposal.received") if e["proposal_id"] == proposal_id]
+
+    def last_stop(self) -> dict[str, Any]:
+        stops = self.events("run.stopped")
+        assert stops, "no run.stopped event"
+        return stops[-1]
+
+    def segments(self) -> list[list[dict[str, Any]]]:
+        """The trace cut at every planner output and every confirmation decision."""
+        cuts: list[list[dict[str, Any]]] = [[]]
+        for e in self.trace:
+            if e["event"] in ("planner.output", "confirmation.decided"):
+                cuts.append([])
+            cuts[-1].append(e)
+        return cuts
+
+    def check_invariants(self) -> None:
+        """What holds for every scenario, whatever its outcome."""
+        # The trace is one gap-free sequence per run.
+        assert [e["sequence"] for e in self.trace] == list(range(1, len(self.trace) + 1))
+        assert self.trace[0]["event"] == "run.created"
+        # Every planner output costs a step; the re-evaluation of a confirmed proposal does not.
+        assert len(self.events("planner.output")) == self.state["step"]
+        # Every planner output is marked as fixture output, never as model output.
+        assert {e["details"]["source"] for e in self.events("planner.output")} <= {"fixture"}
+        # One ledger row per tool call, and one tool.started per ledger row (same order).
+        assert len(self.ledger) == self.state["tool_calls"]
+        assert [e["proposal_id"] for e in self.events("tool.started")] == [
+            r["proposal_id"] for r in self.ledger
+        ]
+        # A scenario run is over when the command returns: no tool is left running.
+        assert all(r["status"] != "started" for r in self.ledger), self.ledger_rows()
+        # A step (a planner output, or a person's decision) that ends in a rejection starts no
+        # tool, and every started tool completed.
+        for segment in self.segments():
+            names = [e["event"] for e in segment]
+            if "proposal.rejected" in names:
+                assert "tool.started" not in names, names
+        assert len(self.events("tool.started")) == len(self.events("tool.completed"))
+        # Observation ids are unique within the run.
+        ids = self.observation_ids()
+        assert len(ids) == len(set(ids)), ids
+        if self.status in TERMINAL:
+            assert self.last_stop()["details"]["reason"] == self.stop_reason
+            assert self.last_stop()["details"]["status"] == self.status
+        # Only a completed run carries an answer, and it cites what the state says.
+        if self.status == "completed":
+            assert self.state["answer"]
+            final = self.events("final.validated")
+            assert len(final) == 1
+            assert final[0]["details"]["citations"] == self.state["citations"]
+        else:
+            assert self.state["answer"] is None
+            assert self.events("final.validated") == []
+
+
+def scenario_path(name: str) -> Path:
+    path = SCENARIO_DIR / f"{name}.json"
+    assert path.is_file(), f"missing scenario file {path}"
+    return path
+
+
+def load_scenario(name: str) -> dict[str, Any]:
+    return json.loads(scenario_path(name).read_text(encoding="utf-8"))
+
+
+def run_command(path: Path | str) -> ScenarioResult:
+    buf = io.StringIO()
+    call_command("run_fixture", str(path), "--json", stdout=buf)
+    result = ScenarioResult(json.loads(buf.getvalue()))
+    result.check_invariants()
+    return result
+
+
+@pytest.fixture(autouse=True)
+def run_output_root(settings: Any, tmp_path: Path) -> Path:
+    """Artifacts of every run go under this test's tmp_path (read when each run starts)."""
+    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def corpus(transactional_db: None) -> None:
+    """The demo corpus that ``search_public`` reads, committed so the tool thread sees it."""
+    files = sorted(demo_corpus_dir().glob("*.md"))
+    assert files, "the demo corpus is empty"
+    for path in files:
+        document_load(path=path)
+
+
+@pytest.fixture
+def run_scenario(corpus: None) -> Callable[[str], ScenarioResult]:
+    """Run ``runs/fixtures/scenarios/<name>.json`` through ``run_fixture --json``."""
+
+    def run(name: str) -> ScenarioResult:
+        return run_command(scenario_path(name))
+
+    return run
+
+
+@pytest.fixture
+def run_variant(
+    corpus: None, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., ScenarioResult]:
+    """Run a copy of a scenario file with some top-level keys replaced.
+
+    The copy is written outside the run-output root, so "no file under tmp_path" checks hold.
+    """
+
+    def run(name: str, **changes: Any) -> ScenarioResult:
+        data = copy.deepcopy(load_scenario(name))
+        data.update(changes)
+        path = tmp_path_factory.mktemp("variants") / f"{name}-variant.json"
+        path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        return run_command(path)
+
+    return run
+
+
+@pytest.fixture
+def scenario_data() -> Callable[[str], dict[str, Any]]:
+    return load_scenario
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def list_files() -> Callable[[Path], list[Path]]:
+    return files_under
