@@ -139,21 +139,46 @@ def _events(run: m.Run) -> list[str]:
 
 
 EXPERIMENTS = (
-    Experiment("retrieval-injection-writes-memory", "scenarios/seed-walkthrough.json",
-               _check_injection),
+    Experiment(
+        "retrieval-injection-writes-memory", "scenarios/seed-walkthrough.json", _check_injection
+    ),
     Experiment("repeated-proposal-loop", "scenarios/loop-stopped.json", _check_loop),
-    Experiment("write-succeeded-verification-failed", "faultlab/verification-failed.json",
-               _check_verification),
-    Experiment("cancel-during-tool-no-effect", "faultlab/cancel-no-effect.json",
-               _check_cancel_no_effect),
-    Experiment("cancel-during-tool-unknown-effect", "faultlab/cancel-unknown-effect.json",
-               _check_cancel_unknown),
+    Experiment(
+        "write-succeeded-verification-failed",
+        "faultlab/verification-failed.json",
+        _check_verification,
+    ),
+    Experiment(
+        "cancel-during-tool-no-effect", "faultlab/cancel-no-effect.json", _check_cancel_no_effect
+    ),
+    Experiment(
+        "cancel-during-tool-unknown-effect",
+        "faultlab/cancel-unknown-effect.json",
+        _check_cancel_unknown,
+    ),
     Experiment("crash-before-tool", "faultlab/crash-before_tool.json", _check_crash),
     Experiment("crash-during-tool", "faultlab/crash-during_tool.json", _check_crash),
     Experiment("crash-after-effect", "faultlab/crash-after_effect.json", _check_crash),
-    Experiment("unknown-outcome-reconciled", "faultlab/unknown-reconciled.json",
-               _check_reconciled),
-)  # fmt: skip
+    Experiment("unknown-outcome-reconciled", "faultlab/unknown-reconciled.json", _check_reconciled),
+)
+
+
+def database_url() -> str:
+    """The URL of the database this process is connected to (in tests: the test database),
+    so the worker this module starts writes where this process reads."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(s['NAME']).resolve()}"
+    auth = quote(s.get("USER") or "")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"])
+    host = s.get("HOST") or "localhost"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 
 
 @contextmanager
@@ -163,6 +188,7 @@ def worker_process(*, queue: str = QUEUE, extra_env: dict[str, str] | None = Non
     env.update(
         {
             CRASH_ENV: "1",
+            "DATABASE_URL": database_url(),
             "AGENTCONSOLE_LEASE_TTL_S": "2",
             "PYTHONPATH": str(settings.BASE_DIR),
             **(extra_env or {}),
@@ -196,7 +222,7 @@ def worker_process(*, queue: str = QUEUE, extra_env: dict[str, str] | None = Non
         stdout=fd,
         stderr=subprocess.STDOUT,
     )
-    os.close(fd)  # fmt: skip
+    os.close(fd)
     try:
         deadline = time.monotonic() + 60
         while b"ready." not in log.read_bytes():
