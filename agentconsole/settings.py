@@ -199,6 +199,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5"))},
+    # Retention: expired long-term memory records are purged (an audit entry stays).
+    "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
 }
 
 # --- agentconsole -----------------------------------------------------------------------------

@@ -73,3 +73,63 @@ class PreferenceHistory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject}:{self.key} v{self.version} {self.action}"
+
+
+class WorkingMemoryItem(models.Model):
+    """One item of a run's working memory: bounded (memory.domain.working caps), derived from
+    observations, discardable — ``memory.services.working_memory_rebuild`` recreates it."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="working_items")
+    item_id = models.CharField(max_length=80)
+    kind = models.CharField(max_length=32)
+    content = models.TextField()
+    trust = models.CharField(max_length=32)
+    source_ids = models.JSONField(default=list)
+    created_at_step = models.PositiveIntegerField()
+    expires_after_step = models.PositiveIntegerField(null=True, blank=True)
+    seq = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["created_at_step", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "item_id"], name="working_item_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.item_id}"
+
+
+class PreferenceChange(models.Model):
+    """A user's own edit of a preference, waiting for their confirmation of the exact value.
+
+    The confirmation is bound to ``proposal_hash`` (key, value, subject, expected version): a
+    confirmation shown for one value can never apply another.
+    """
+
+    STATUSES = ("pending", "applied", "conflict", "expired", "cancelled")
+
+    subject = models.CharField(max_length=128, db_index=True)
+    key = models.CharField(max_length=64)
+    proposed_value = models.CharField(max_length=512)
+    expected_version = models.PositiveIntegerField(null=True, blank=True)
+    proposal_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, default="pending")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    result = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "applied", "conflict", "expired", "cancelled"]),
+                name="preference_change_status_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}:{self.key} → {self.proposed_value} ({self.status})"

@@ -19,11 +19,16 @@ def preferences_active(*, subject: str) -> list[PreferenceRecord]:
     )
 
 
-def preferences_for_planner(*, subject: str) -> dict[str, Any]:
-    """Structured data, never instructions (seed §9.3)."""
+def preferences_for_planner(*, subject: str, purpose: str = "planner") -> dict[str, Any]:
+    """Structured data, never instructions (seed §9.3): only keys configured for ``purpose``,
+    of this subject, neither revoked nor expired."""
+    from agentconsole.wiring import memory_policies
+
+    policies = memory_policies()
     return {
         "preferences": {
             r.key: {"value": r.value, "source": r.source_kind, "version": r.version}
             for r in preferences_active(subject=subject)
+            if r.key in policies and purpose in policies[r.key].purposes
         }
     }

@@ -1,15 +1,36 @@
-"""Long-term memory writes. Every write names the version it read (compare-and-set)."""
+"""Long-term memory services: the Python API the HTTP API and console call (issue 4).
+
+Every write names the version it read (compare-and-set); a stale version is a conflict that
+carries the current and the proposed value, never a silent overwrite. Every version is kept in
+``PreferenceHistory``; revocation leaves a tombstone; erasure leaves an audit entry without
+values. A subject's records are read and changed only by that subject (or an admin).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from memory.domain.preferences import KeyPolicy
-from memory.models import PreferenceHistory, PreferenceRecord
+from memory.domain.preferences import KeyPolicy, check_preference
+from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
+from policy.domain.canonical import content_hash
+from policy.domain.errors import DomainError, NotFound
+
+CHANGE_TTL = timedelta(minutes=15)
+
+
+class MemoryError(DomainError):
+    code = "MEMORY_ERROR"
+
+
+class ScopeNotOwned(MemoryError):
+    code = "MEMORY_SCOPE_NOT_OWNED"
+    http_status = 403
 
 
 @dataclass(frozen=True)
@@ -18,7 +39,33 @@ class WriteResult:
     version: int
     code: str | None = None
     current_value: str | None = None
+    proposed_value: str | None = None
     replayed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "version": self.version,
+            "code": self.code,
+            "current_value": self.current_value,
+            "proposed_value": self.proposed_value,
+        }
+
+
+def _policies() -> dict[str, KeyPolicy]:
+    from agentconsole.wiring import memory_policies
+
+    return memory_policies()
+
+
+def check_owner(*, subject: str, by: Any) -> None:
+    """A subject's memory is its user's: ``by`` must be that user (or an admin)."""
+    if by is None or isinstance(by, str):
+        raise ScopeNotOwned("an authenticated owner is required")
+    if getattr(by, "is_superuser", False) or by.groups.filter(name="admin").exists():
+        return
+    if by.get_username() != subject:
+        raise ScopeNotOwned("this memory belongs to another subject")
 
 
 def preference_write(
@@ -32,7 +79,7 @@ def preference_write(
     idempotency_token: str | None,
 ) -> WriteResult:
     """Write (subject, key) = value iff the record is at ``expected_version`` (None: absent or
-    revoked). A stale version is a conflict carrying the current value, never an overwrite.
+    revoked). Callers have already checked the value and hold a matching confirmation.
 
     1. A token already in the history means this exact call happened: answer as it did.
     2. Insert when absent; otherwise a conditional UPDATE on (pk, version).
@@ -43,12 +90,16 @@ def preference_write(
         if done is not None:
             return WriteResult(True, done.version, replayed=True)
     expires_at = timezone.now() + timedelta(days=policy.retention_days)
+    conflict = None
     try:
         with transaction.atomic():
             record = PreferenceRecord.objects.filter(subject=subject, key=policy.key).first()
             if record is None:
                 if expected_version not in (None, 0):
-                    return WriteResult(False, 0, "PREFERENCE_VERSION_CONFLICT")
+                    conflict = WriteResult(
+                        False, 0, "PREFERENCE_VERSION_CONFLICT", proposed_value=value
+                    )
+                    return conflict
                 record = PreferenceRecord.objects.create(
                     subject=subject,
                     key=policy.key,
@@ -59,16 +110,11 @@ def preference_write(
                     expires_at=expires_at,
                 )
             else:
-                read = record.version if expected_version is None else expected_version
                 if expected_version is None and record.revoked_at is None:
-                    # A write that did not say which version it read may only create, or
+                    # A write that does not say which version it read may only create, or
                     # re-set a revoked key; an active value is changed only knowingly.
-                    return WriteResult(
-                        False,
-                        record.version,
-                        "PREFERENCE_VERSION_CONFLICT",
-                        current_value=record.value,
-                    )
+                    return _conflict(record, value)
+                read = record.version if expected_version is None else expected_version
                 # The race: two writers read the same version; one UPDATE matches, one doesn't.
                 n = PreferenceRecord.objects.filter(pk=record.pk, version=read).update(
                     value=value,
@@ -82,13 +128,7 @@ def preference_write(
                     updated_at=timezone.now(),
                 )
                 if n != 1:
-                    current = PreferenceRecord.objects.get(pk=record.pk)
-                    return WriteResult(
-                        False,
-                        current.version,
-                        "PREFERENCE_VERSION_CONFLICT",
-                        current_value=current.value,
-                    )
+                    return _conflict(PreferenceRecord.objects.get(pk=record.pk), value)
                 record.version = read + 1
             PreferenceHistory.objects.create(
                 record=record,
@@ -104,10 +144,213 @@ def preference_write(
     except IntegrityError:
         # A concurrent insert of the same (subject, key), or of the same token.
         current = PreferenceRecord.objects.filter(subject=subject, key=policy.key).first()
-        return WriteResult(
-            False,
-            current.version if current else 0,
-            "PREFERENCE_VERSION_CONFLICT",
-            current_value=current.value if current else None,
-        )
+        if current is None:
+            return WriteResult(False, 0, "PREFERENCE_VERSION_CONFLICT", proposed_value=value)
+        return _conflict(current, value)
     return WriteResult(True, record.version)
+
+
+def _conflict(record: PreferenceRecord, proposed: str) -> WriteResult:
+    return WriteResult(
+        False,
+        record.version,
+        "PREFERENCE_VERSION_CONFLICT",
+        current_value=None if record.revoked_at else record.value,
+        proposed_value=proposed,
+    )
+
+
+def preference_propose_edit(
+    *, subject: str, key: str, value: str, expected_version: int | None, by: Any
+) -> PreferenceChange:
+    """Step 1 of a user's own edit: validate, then create a pending change bound to the hash
+    of exactly (subject, key, value, expected_version). Nothing is written yet."""
+    check_owner(subject=subject, by=by)
+    violation = check_preference(_policies(), key, value)
+    if violation is not None:
+        raise MemoryError(violation[1], code=violation[0])
+    proposal_hash = content_hash(
+        {"subject": subject, "key": key, "value": value, "expectedVersion": expected_version}
+    )
+    return PreferenceChange.objects.create(
+        subject=subject,
+        key=key,
+        proposed_value=value,
+        expected_version=expected_version,
+        proposal_hash=proposal_hash,
+        requested_by=by,
+        expires_at=timezone.now() + CHANGE_TTL,
+    )
+
+
+def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteResult:
+    """Step 2: the owner confirms the change they were shown (by its hash); apply with CAS.
+
+    A stale version is recorded as a conflict with the current and the proposed value.
+    """
+    change = PreferenceChange.objects.filter(pk=change_id).first()
+    if change is None:
+        raise NotFound("no such change", change_id=change_id)
+    check_owner(subject=change.subject, by=by)
+    if change.proposal_hash != shown_hash:
+        raise MemoryError("the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH")
+    if change.expires_at <= timezone.now():
+        PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
+        raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
+    # Claim the change first: a replayed confirmation finds it no longer pending.
+    if (
+        PreferenceChange.objects.filter(pk=change.pk, status="pending").update(
+            status="applied", decided_at=timezone.now()
+        )
+        != 1
+    ):
+        raise MemoryError("this confirmation was already used", code="CONFIRMATION_ALREADY_USED")
+    result = preference_write(
+        subject=change.subject,
+        policy=_policies()[change.key],
+        value=change.proposed_value,
+        expected_version=change.expected_version,
+        confirmation_id=f"change:{change.pk}",
+        run_id=None,
+        idempotency_token=None,
+    )
+    PreferenceChange.objects.filter(pk=change.pk).update(
+        status="applied" if result.ok else "conflict", result=result.as_dict()
+    )
+    return result
+
+
+def preference_revoke(*, subject: str, key: str, by: Any, reason: str) -> PreferenceRecord:
+    """Revoke: the record stays as a tombstone (revoked_at/by/reason) and history records it.
+    The key can be set again only by a new confirmed write."""
+    check_owner(subject=subject, by=by)
+    with transaction.atomic():
+        record = (
+            PreferenceRecord.objects.select_for_update()
+            .filter(subject=subject, key=key, revoked_at__isnull=True)
+            .first()
+        )
+        if record is None:
+            raise NotFound("no active preference with this key", key=key)
+        record.revoked_at = timezone.now()
+        record.revoked_by = by
+        record.revoke_reason = reason[:256]
+        PreferenceRecord.objects.filter(pk=record.pk, version=record.version).update(
+            revoked_at=record.revoked_at, revoked_by=by, revoke_reason=record.revoke_reason
+        )
+        PreferenceHistory.objects.create(
+            record=record,
+            subject=subject,
+            key=key,
+            value=record.value,
+            version=record.version,
+            action="revoke",
+        )
+    return record
+
+
+def preferences_list(*, subject: str, by: Any) -> list[PreferenceRecord]:
+    check_owner(subject=subject, by=by)
+    return list(PreferenceRecord.objects.filter(subject=subject).order_by("key"))
+
+
+def preference_history(*, subject: str, by: Any, key: str | None = None) -> list[dict[str, Any]]:
+    check_owner(subject=subject, by=by)
+    rows = PreferenceHistory.objects.filter(subject=subject)
+    if key is not None:
+        rows = rows.filter(key=key)
+    return list(
+        rows.order_by("key", "version", "id").values(
+            "key", "value", "version", "action", "confirmation_id", "run_id", "created_at"
+        )
+    )
+
+
+def preferences_export(*, subject: str, by: Any) -> dict[str, Any]:
+    """Everything kept about the subject's long-term memory, values included."""
+    check_owner(subject=subject, by=by)
+    records = PreferenceRecord.objects.filter(subject=subject).order_by("key")
+    return {
+        "subject": subject,
+        "exported_at": timezone.now().isoformat(),
+        "records": list(
+            records.values(
+                "key",
+                "value",
+                "version",
+                "source_kind",
+                "confirmation_id",
+                "created_by_run",
+                "expires_at",
+                "revoked_at",
+                "revoke_reason",
+            )
+        ),
+        "history": preference_history(subject=subject, by=by),
+    }
+
+
+def preferences_erase(*, subject: str, by: Any) -> int:
+    """Erase every record of the subject. History keeps an audit entry per key, without values."""
+    check_owner(subject=subject, by=by)
+    with transaction.atomic():
+        records = list(PreferenceRecord.objects.select_for_update().filter(subject=subject))
+        PreferenceHistory.objects.filter(subject=subject).update(value=None)
+        for r in records:
+            PreferenceHistory.objects.create(
+                subject=subject, key=r.key, value=None, version=r.version, action="erase"
+            )
+        PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
+    return len(records)
+
+
+def preferences_purge_expired(*, now: Any = None) -> int:
+    """Retention: delete expired records, leaving an audit entry (periodic task)."""
+    now = now or timezone.now()
+    purged = 0
+    for record in PreferenceRecord.objects.filter(expires_at__lte=now):
+        with transaction.atomic():
+            # Compare-and-set on the version: a record re-written meanwhile is not purged.
+            if PreferenceRecord.objects.filter(
+                Q(expires_at__lte=now), pk=record.pk, version=record.version
+            ).delete()[0]:
+                PreferenceHistory.objects.create(
+                    subject=record.subject,
+                    key=record.key,
+                    value=None,
+                    version=record.version,
+                    action="purge",
+                )
+                purged += 1
+    return purged
+
+
+def working_memory_rebuild(*, run_id: str) -> int:
+    """Drop a run's working memory and rebuild it from its observations (it is derived data:
+    the rebuilt view equals the one the steps built). Returns the number of items kept."""
+    from memory.domain.working import rebuild
+    from memory.models import WorkingMemoryItem
+    from runs.models import Observation, Run
+
+    step = Run.objects.values_list("step", flat=True).get(pk=run_id)
+    observations = Observation.objects.filter(run_id=run_id).order_by("id")
+    items = rebuild(
+        observations.values("observation_id", "kind", "trust", "step", "content"), step=step
+    )
+    with transaction.atomic():
+        WorkingMemoryItem.objects.filter(run_id=run_id).delete()
+        WorkingMemoryItem.objects.bulk_create(
+            WorkingMemoryItem(
+                run_id=run_id,
+                item_id=i.item_id,
+                kind=i.kind,
+                content=i.content,
+                trust=i.trust,
+                source_ids=list(i.source_ids),
+                created_at_step=i.created_at_step,
+                expires_after_step=i.expires_after_step,
+                seq=i.seq,
+            )
+            for i in items
+        )
+    return len(items)

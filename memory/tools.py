@@ -20,7 +20,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import ToolOutcome, Verification
+from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
 
 
 def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
@@ -43,9 +43,12 @@ def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
             idempotency_token=ctx.idempotency_token,
         )
         if not result.ok:
-            return ToolOutcome.rejected(
-                result.code or "PREFERENCE_VERSION_CONFLICT",
-                "the preference changed since it was read",
+            # The conflict carries the current and the proposed value, for the user to see.
+            return ToolOutcome(
+                status=OutcomeStatus.REJECTED,
+                code=result.code or "PREFERENCE_VERSION_CONFLICT",
+                message="the preference changed since it was read",
+                value=result.as_dict(),
             )
         return ToolOutcome.succeeded({"key": arguments["key"], "version": result.version})
 

@@ -182,18 +182,24 @@ class FaultingExecutor(ThreadExecutor):
     """The production executor: identical to ``ThreadExecutor`` unless the run has a plan."""
 
     def run(
-        self, command: ExecutableCommand, contract: ToolContract, state: RunState,
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
         cancel: CancelSignal,
-    ) -> Execution:  # fmt: skip
+    ) -> Execution:
         plan = plan_for(state.run_id)
         if plan is not None:
             contract = faulted_contract(contract, plan, state.run_id)
         return super().run(command, contract, state, cancel)
 
     def recover(
-        self, command: ExecutableCommand, contract: ToolContract, state: RunState,
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
         cancel: CancelSignal,
-    ) -> tuple[str, Execution]:  # fmt: skip
+    ) -> tuple[str, Execution]:
         plan = plan_for(state.run_id)
         if plan is not None:
             contract = faulted_contract(contract, plan, state.run_id)

@@ -118,9 +118,16 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
                 else steps.fail(state, "FAILED_BY_REVIEWER", by=_who(by))
             )
             store.apply(commit)
-        _record(store, handoff.run_id, ev.HANDOFF_RESOLVED, handoff=handoff.pk,
-                action=action, by=_who(by), reason=reason[:256],
-                ledger_status=new_status)  # fmt: skip
+        _record(
+            store,
+            handoff.run_id,
+            ev.HANDOFF_RESOLVED,
+            handoff=handoff.pk,
+            action=action,
+            by=_who(by),
+            reason=reason[:256],
+            ledger_status=new_status,
+        )
         n = m.Handoff.objects.filter(pk=handoff.pk, status="claimed").update(
             status="resolved", resolution=result, resolved_at=timezone.now()
         )

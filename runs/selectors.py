@@ -96,3 +96,14 @@ def run_export(*, run_id: str) -> dict[str, Any]:
             m.Artifact.objects.filter(run=run).order_by("id").values("path", "sha256", "size")
         ),
     }
+
+
+def planner_context(*, run_id: str) -> dict[str, Any]:
+    """Exactly what the planner would receive for the run's next step: the bounded working
+    memory (with trust labels) and the subject's preferences as structured data."""
+    from dataclasses import asdict
+
+    from agentconsole import wiring
+
+    runner = wiring.runner()
+    return asdict(runner.context(runner.store.load(run_id)))

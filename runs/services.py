@@ -88,6 +88,7 @@ def run_create(
                 if c["approved"]
                 else ConfirmationStatus.DECLINED,
                 expires_at_step=c["expires_at_step"],
+                tool_name=p["tool_name"],
             )
         )
         proposals[cid] = p

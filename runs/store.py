@@ -18,6 +18,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from memory.domain.working import WorkingItem, admit
+from memory.models import WorkingMemoryItem
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.errors import LeaseLost, NotFound, VersionConflict
@@ -54,6 +56,19 @@ def _to_observation(row: m.Observation) -> Observation:
         content=row.content,
         content_hash=row.content_hash,
         citable=row.citable,
+    )
+
+
+def _to_item(row: WorkingMemoryItem) -> WorkingItem:
+    return WorkingItem(
+        item_id=row.item_id,
+        kind=row.kind,
+        content=row.content,
+        trust=row.trust,
+        source_ids=tuple(row.source_ids),
+        created_at_step=row.created_at_step,
+        expires_after_step=row.expires_after_step,
+        seq=row.seq,
     )
 
 
@@ -218,6 +233,8 @@ class OrmRunStore:
                 )
                 for o in commit.observations
             )
+        if commit.working_items:
+            self._admit_working(run_id, commit.working_items, state.step)
         if commit.ledger_intent is not None:
             c = commit.ledger_intent
             m.LedgerEntry.objects.create(
@@ -294,23 +311,63 @@ class OrmRunStore:
         if commit.handoff_reason is not None:
             self._open_handoff(state, commit.handoff_reason)
 
+    def _admit_working(self, run_id: str, new: list[WorkingItem], step: int) -> None:
+        """Apply the eviction rule to at most max_items + len(new) rows: constant per step."""
+        rows = WorkingMemoryItem.objects.filter(run_id=run_id)
+        current = [_to_item(r) for r in rows]
+        kept = admit(current, new, step=step)
+        kept_ids = {i.item_id for i in kept}
+        current_ids = {i.item_id for i in current}
+        # Always one DELETE (of whatever is not kept), so a step costs the same number of
+        # queries whether or not the caps evict something.
+        rows.exclude(item_id__in=list(kept_ids)).delete()
+        WorkingMemoryItem.objects.bulk_create(
+            WorkingMemoryItem(
+                run_id=run_id,
+                item_id=i.item_id,
+                kind=i.kind,
+                content=i.content,
+                trust=i.trust,
+                source_ids=list(i.source_ids),
+                created_at_step=i.created_at_step,
+                expires_after_step=i.expires_after_step,
+                seq=i.seq,
+            )
+            for i in kept
+            if i.item_id not in current_ids
+        )
+
+    def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
+        rows = WorkingMemoryItem.objects.filter(run_id=run_id)
+        return admit([_to_item(r) for r in rows], [], step=step)
+
     def _open_handoff(self, state: RunState, reason: str) -> None:
         trusted = m.Observation.objects.filter(run_id=state.run_id).exclude(
             trust="untrusted-content"
         )
         observations = [
-            {"observation_id": o.observation_id, "trust": o.trust, "kind": o.kind,
-             "content": o.content}
+            {
+                "observation_id": o.observation_id,
+                "trust": o.trust,
+                "kind": o.kind,
+                "content": o.content,
+            }
             for o in reversed(list(trusted.order_by("-id")[:HANDOFF_OBSERVATIONS]))
-        ]  # fmt: skip
+        ]
         effects = [
-            {"idempotency_token": r.idempotency_token, "tool": r.tool_name,
-             "version": r.tool_version, "status": r.status, "attempt": r.attempt,
-             "outcome": r.outcome, "verification": r.verification}
+            {
+                "idempotency_token": r.idempotency_token,
+                "tool": r.tool_name,
+                "version": r.tool_version,
+                "status": r.status,
+                "attempt": r.attempt,
+                "outcome": r.outcome,
+                "verification": r.verification,
+            }
             for r in m.LedgerEntry.objects.filter(
                 run_id=state.run_id, status__in=["started", "unknown", "compensation-required"]
             )
-        ]  # fmt: skip
+        ]
         bundle = build_handoff_bundle(
             state=state, reason=reason, trusted_observations=observations, unknown_effects=effects
         )
@@ -332,10 +389,9 @@ class OrmRunStore:
         ]
 
     def confirmations(self, run_id: str) -> list[Confirmation]:
-        # Only the ones that can still matter: decided-and-used ones authorize nothing.
-        rows = ConfirmationRow.objects.filter(run_id=run_id).exclude(
-            status__in=[ConfirmationStatus.CONSUMED.value, ConfirmationStatus.EXPIRED.value]
-        )
+        # Used and expired ones authorize nothing; they are read so the trace can say why a
+        # proposal still needs a person (CONFIRMATION_ALREADY_USED). At most one per step.
+        rows = ConfirmationRow.objects.filter(run_id=run_id).order_by()
         return [
             Confirmation(
                 confirmation_id=c.id,
@@ -343,6 +399,7 @@ class OrmRunStore:
                 proposal_hash=c.proposal_hash,
                 status=ConfirmationStatus(c.status),
                 expires_at_step=c.expires_at_step,
+                tool_name=c.tool_name or None,
             )
             for c in rows
         ]

@@ -27,6 +27,8 @@ class KeyPolicy:
     allowed: tuple[str, ...] = ()
     pattern: str | None = None
     retention_days: int = 365
+    # What a value may be read for: handed to the planner, shown to its owner.
+    purposes: tuple[str, ...] = ("planner", "display")
 
     def __post_init__(self) -> None:
         if not _KEY_SHAPE.match(self.key):
@@ -60,8 +62,9 @@ def build_policies(config: Iterable[Mapping[str, Any]]) -> dict[str, KeyPolicy]:
     policies: dict[str, KeyPolicy] = {}
     for item in config:
         item = dict(item)
-        if "allowed" in item:
-            item["allowed"] = tuple(item["allowed"])
+        for name in ("allowed", "purposes"):
+            if name in item:
+                item[name] = tuple(item[name])
         policy = KeyPolicy(**item)
         if policy.key in policies:
             raise KeyPolicyError(f"memory key {policy.key!r} configured twice")

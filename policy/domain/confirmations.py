@@ -33,6 +33,7 @@ class Confirmation(BaseModel):
     proposal_hash: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     status: ConfirmationStatus
     expires_at_step: Annotated[int, Field(ge=0)]
+    tool_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class ConfirmationCheck:
     consume: bool = False
     needed_hash: str | None = None
     code: str | None = None
+    # Why no confirmation applies (trace evidence): the run then waits for a person.
+    why: str = "USER_CONFIRMATION_REQUIRED"
 
 
 def required_hash(contract: ToolContract, proposal_hash: str) -> str | None:
@@ -66,9 +69,19 @@ def check_confirmation(
     if needed is None:
         return ConfirmationCheck(ok=True)
     declined = False
+    why = "USER_CONFIRMATION_REQUIRED"
     for c in confirmations:
-        if c.run_id != run_id or c.proposal_hash != needed:
+        if c.run_id != run_id:
             continue
+        if c.proposal_hash != needed:
+            if c.status is ConfirmationStatus.APPROVED and c.tool_name == contract.name:
+                # Approved for other arguments: never transferable (seed §5.2).
+                why = "CONFIRMATION_FOR_OTHER_PROPOSAL"
+            continue
+        if c.status is ConfirmationStatus.CONSUMED:
+            why = "CONFIRMATION_ALREADY_USED"
+        if c.status is ConfirmationStatus.APPROVED and c.expires_at_step < step:
+            why = "CONFIRMATION_EXPIRED"
         if c.status is ConfirmationStatus.APPROVED and c.expires_at_step >= step:
             per_call = contract.confirmation is ConfirmationMode.PER_CALL
             return ConfirmationCheck(ok=True, confirmation_id=c.confirmation_id, consume=per_call)
@@ -81,4 +94,4 @@ def check_confirmation(
             )
     if declined:
         return ConfirmationCheck(ok=False, code="CONFIRMATION_DECLINED")
-    return ConfirmationCheck(ok=False, needed_hash=needed)
+    return ConfirmationCheck(ok=False, needed_hash=needed, why=why)

@@ -97,6 +97,7 @@ class NeedsConfirmation:
     confirmation_hash: str
     existing_confirmation_id: str | None = None
     passed: tuple[str, ...] = ()
+    why: str = "USER_CONFIRMATION_REQUIRED"
 
 
 @dataclass(frozen=True)

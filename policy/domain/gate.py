@@ -132,6 +132,7 @@ def evaluate(
             confirmation_hash=confirmation.needed_hash or p_hash,
             existing_confirmation_id=confirmation.confirmation_id,
             passed=tuple(passed),
+            why=confirmation.why,
         )
     passed.append("confirmation")
 

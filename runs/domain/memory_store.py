@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from memory.domain.working import WorkingItem, admit
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound, VersionConflict
@@ -50,6 +51,7 @@ class MemoryStore:
         self._planner: dict[str, dict[str, Any]] = {}
         self._commands: dict[str, ExecutableCommand] = {}
         self.handoffs: dict[str, list[str]] = defaultdict(list)
+        self.working: dict[str, list[WorkingItem]] = defaultdict(list)
 
     def create(
         self,
@@ -124,6 +126,7 @@ class MemoryStore:
                     proposal_hash=r.proposal_hash,
                     status=ConfirmationStatus.PENDING,
                     expires_at_step=r.expires_at_step,
+                    tool_name=r.tool_name,
                 )
             if commit.confirmation_decision is not None:
                 cid, approved = commit.confirmation_decision
@@ -141,6 +144,10 @@ class MemoryStore:
                 )
             if commit.handoff_reason is not None:
                 self.handoffs[run_id].append(commit.handoff_reason)
+            if commit.working_items:
+                self.working[run_id] = admit(
+                    self.working[run_id], commit.working_items, step=state.step
+                )
             self.runs[run_id] = state
             return state.model_copy(deep=True)
 
@@ -212,3 +219,7 @@ class MemoryStore:
                 if row["run_id"] == run_id and row["status"] == "started":
                     return self._commands[token], row["attempt"]
             return None
+
+    def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
+        with self._lock:
+            return admit(self.working[run_id], [], step=step)

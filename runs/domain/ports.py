@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from memory.domain.working import WorkingItem
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
@@ -42,6 +43,10 @@ class RunStore(Protocol):
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]: ...
 
     def planner_config(self, run_id: str) -> dict[str, Any]: ...
+
+    def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
+        """The run's bounded working memory as of ``step`` (expired items left out)."""
+        ...
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed and whose outcome did not, with its attempt."""

@@ -31,7 +31,6 @@ from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)
 
-CONTEXT_OBSERVATIONS = 8
 MAX_CONFLICT_RETRIES = 50
 
 
@@ -147,9 +146,16 @@ class Runner:
             return pre
         raw = None
         source = "pending"
+        summary = None
         if not resuming:
+            context = self.context(state)
+            # What the planner saw, as a summary: sizes and keys, never the content.
+            summary = {
+                "context_items": len(context.observations),
+                "context_preferences": sorted(context.preferences)[:32],
+            }
             try:
-                raw = planner().next(state, self._context(state))
+                raw = planner().next(state, context)
             except PlannerError as exc:
                 return steps.fail(state, exc.code)
             source = planner().source
@@ -162,18 +168,13 @@ class Runner:
             registry=self.registry,
             lookups=self.store.lookups(state.run_id),
             now_ms=now,
+            context_summary=summary,
         )
 
-    def _context(self, state: RunState) -> PlannerContext:
-        observations = [
-            {
-                "observation_id": o.observation_id,
-                "kind": o.kind.value,
-                "trust": o.trust.value,
-                "content": o.content,
-            }
-            for o in self.store.recent_observations(state.run_id, CONTEXT_OBSERVATIONS)
-        ]
+    def context(self, state: RunState) -> PlannerContext:
+        """The bounded view the planner gets for its next step (also shown to operators)."""
+        # The bounded working-memory view, each item with its trust label: never the history.
+        observations = [i.as_dict() for i in self.store.working_view(state.run_id, state.step)]
         extras = self.context_extras(state) if self.context_extras else {}
         return PlannerContext(
             goal=state.goal,

@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memory.domain.working import WorkingItem, item_from_observation
 from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation
 from policy.domain.contracts import ToolContract
@@ -89,6 +90,8 @@ class Commit:
     handoff_reason: str | None = None
     # (idempotency_token, attempt): the next attempt of a started command, same token.
     ledger_attempt: tuple[str, int] | None = None
+    # The working-memory items the new observations become (the store admits and evicts).
+    working_items: list[WorkingItem] = field(default_factory=list)
 
     @property
     def command(self) -> ExecutableCommand | None:
@@ -151,6 +154,16 @@ class _Builder:
             citable=citable,
         )
         self.commit.observations.append(obs)
+        self.commit.working_items.append(
+            item_from_observation(
+                observation_id=obs.observation_id,
+                kind=obs.kind.value,
+                trust=obs.trust.value,
+                step=obs.step,
+                content=obs.content,
+                seq=self.s.observation_seq,
+            )
+        )
         self.s.last_observation_id = obs.observation_id
         return obs
 
@@ -230,6 +243,7 @@ def decide(
     lookups: Lookups,
     now_ms: int,
     confirmation_id: str | None = None,
+    context_summary: dict[str, Any] | None = None,
 ) -> Commit:
     """One planner step, or the re-evaluation of a pending proposal after a confirmation.
 
@@ -248,7 +262,14 @@ def decide(
         b.s.planner_cursor += 1
         kind = raw_output.get("kind") if isinstance(raw_output, dict) else None
         kind = kind if kind in ("tool", "final") else "invalid"  # untrusted: never echoed
-        b.emit(ev.PLANNER_OUTPUT, _pid(raw_output), kind=kind, step=b.s.step, source=source)
+        b.emit(
+            ev.PLANNER_OUTPUT,
+            _pid(raw_output),
+            kind=kind,
+            step=b.s.step,
+            source=source,
+            **(context_summary or {}),
+        )
 
     try:
         output = parse_planner_output(raw_output)
@@ -469,7 +490,7 @@ def _layer_events(b: _Builder, pid: str, decision: Any) -> None:
         result = "confirmed" if cid else "not-required"
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result=result, confirmation_id=cid)
     elif isinstance(decision, NeedsConfirmation):
-        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required")
+        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why)
     elif layer == "confirmation":
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="declined", code=decision.code)
 
@@ -562,6 +583,8 @@ def settle(
     # rejected, or failed: known not to have taken effect.
     b.commit.ledger_settle = LedgerSettle(token, outcome.status.value, _outcome_summary(outcome))
     content = {**base, "status": outcome.status.value, "code": outcome.code}
+    if outcome.status is OutcomeStatus.REJECTED and outcome.value:
+        content["details"] = outcome.value
     if outcome.status is OutcomeStatus.FAILED:
         content["retryable"] = outcome.retryable
     b.observe("tool", ObservationKind.TOOL_RESULT, TrustLabel.TRUSTED_TOOL, content)

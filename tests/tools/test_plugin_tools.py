@@ -35,11 +35,16 @@ def test_plugin_tool_runs_through_the_gate(plugin_registry, tmp_path):
         "goal": "count words",
         "grants": [{"capability": "text:analyze", "resource_scope": "*", "expires_at_step": 3}],
         "planner": [
-            {"kind": "tool", "proposal_id": "p1", "tool_name": "word_count", "tool_version": "1",
-             "arguments": {"text": "one two three"}},
+            {
+                "kind": "tool",
+                "proposal_id": "p1",
+                "tool_name": "word_count",
+                "tool_version": "1",
+                "arguments": {"text": "one two three"},
+            },
             {"kind": "final", "answer": "three words", "citation_observation_ids": ["tool-1"]},
         ],
-    }  # fmt: skip
+    }
     path = tmp_path / "s.json"
     path.write_text(json.dumps(scenario))
     out = io.StringIO()
