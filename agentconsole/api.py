@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404
-from rest_framework import exceptions
+from rest_framework import exceptions, parsers, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
@@ -22,6 +23,8 @@ _DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.NotAuthenticated: "NOT_AUTHENTICATED",
     exceptions.PermissionDenied: "PERMISSION_DENIED",
     exceptions.NotFound: "NOT_FOUND",
+    exceptions.UnsupportedMediaType: "UNSUPPORTED_MEDIA_TYPE",
+    exceptions.MethodNotAllowed: "METHOD_NOT_ALLOWED",
 }
 
 
@@ -70,3 +73,38 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status=status,
         )
     return None
+
+
+class RequestTooLarge(exceptions.APIException):
+    status_code = 413
+    default_detail = "Request body too large."
+    default_code = "request_too_large"
+
+
+class LimitedJSONParser(parsers.JSONParser):
+    """JSON bodies up to DATA_UPLOAD_MAX_MEMORY_SIZE; larger ones are a 413, read no further."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        request = (parser_context or {}).get("request")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        length = request.META.get("CONTENT_LENGTH") if request is not None else None
+        try:
+            too_big = length is not None and int(length) > limit
+        except ValueError:
+            too_big = False
+        if too_big:
+            raise RequestTooLarge()
+        return super().parse(stream, media_type, parser_context)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Input serializers reject fields they do not declare (DRF ignores them by default)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
+                )
+        return super().to_internal_value(data)

@@ -9,18 +9,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 # Set up Django (app registry) before importing anything that may import models.
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agentconsole.routing import websocket_urlpatterns  # noqa: E402
+from agentconsole.ws_auth import TokenOrSessionAuth  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # Session-authenticated sockets: refuse foreign Origins (cross-site websocket hijacking).
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Session sockets must come from an allowed Origin (no cross-site hijacking); token
+        # sockets (scripts) need no Origin. See agentconsole/ws_auth.py.
+        "websocket": TokenOrSessionAuth(URLRouter(websocket_urlpatterns)),
     }
 )

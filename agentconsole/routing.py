@@ -1,5 +1,10 @@
-"""Websocket routes of the whole project (apps add theirs here)."""
+"""Websocket routes of the whole project."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-websocket_urlpatterns: list[URLPattern] = []
+from runs.consumers import ConsoleConsumer, RunTraceConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<str:run_id>/trace/", RunTraceConsumer.as_asgi()),
+    path("ws/console/", ConsoleConsumer.as_asgi()),
+]

@@ -67,6 +67,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "policy",
     "runs",
@@ -151,6 +153,19 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "agentconsole.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["agentconsole.api.LimitedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "agentconsole API",
+    "DESCRIPTION": "Governed agent runtime: runs, trace, confirmations, handoffs, preferences.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI assets from the sidecar package: no CDN, works on a closed network.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # --- Realtime and workers ---------------------------------------------------------------------
@@ -233,4 +248,6 @@ LOGGING = {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO").upper()},
+    # Django's own handler would print request warnings a second time.
+    "loggers": {"django": {"handlers": [], "propagate": True}},
 }

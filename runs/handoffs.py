@@ -23,6 +23,7 @@ from runs import models as m
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.machine import TERMINAL
+from runs.doorbell import ring_console
 from runs.store import command_from_row
 
 ACTIONS = (
@@ -61,6 +62,7 @@ def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
             raise HandoffError("handoff is not open", code="HANDOFF_NOT_OPEN")
         handoff = m.Handoff.objects.get(pk=handoff_id)
         _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=_who(by))
+        transaction.on_commit(ring_console)
     return handoff
 
 
@@ -133,6 +135,7 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
         )
         if n != 1:
             raise HandoffError("handoff resolved concurrently", code="HANDOFF_CONFLICT")
+    transaction.on_commit(ring_console)
     handoff.refresh_from_db()
     return handoff
 

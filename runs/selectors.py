@@ -107,3 +107,39 @@ def planner_context(*, run_id: str) -> dict[str, Any]:
 
     runner = wiring.runner()
     return asdict(runner.context(runner.store.load(run_id)))
+
+
+def runs_visible(*, user: Any) -> Any:
+    """Runs a user may see: operators, reviewers and admins all; a user their own."""
+    from agentconsole.roles import sees_all_runs
+
+    qs = m.Run.objects.all()
+    return qs if sees_all_runs(user) else qs.filter(owner=user)
+
+
+def access_run(*, user: Any, run_id: str) -> m.Run:
+    """The run, if ``user`` may see it. A foreign run is 'not found': its existence is not
+    disclosed."""
+    run = runs_visible(user=user).filter(pk=run_id).first()
+    if run is None:
+        raise NotFound("no such run", run_id=run_id)
+    return run
+
+
+def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any]]:
+    """Which observations the pending proposal cites, with their trust labels."""
+    cited = (confirmation.proposal or {}).get("source_observation_ids") or []
+    trust = dict(
+        m.Observation.objects.filter(run_id=confirmation.run_id, observation_id__in=cited)
+        .order_by()
+        .values_list("observation_id", "trust")
+    )
+    return [{"observation_id": i, "trust": trust.get(i, "missing")} for i in cited]
+
+
+def queue_counts() -> dict[str, int]:
+    """Two indexed counts: the operator queue and the handoff inbox."""
+    return {
+        "pending_confirmations": Confirmation.objects.filter(status="pending").count(),
+        "open_handoffs": m.Handoff.objects.exclude(status="resolved").count(),
+    }

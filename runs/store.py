@@ -186,7 +186,12 @@ class OrmRunStore:
                 if commit.events and self.on_commit_events is not None:
                     # Announced only once the outermost transaction commits (never a phantom).
                     ring = self.on_commit_events
-                    transaction.on_commit(lambda: ring(run_id, last_seq))
+                    queues = bool(
+                        commit.confirmation_request
+                        or commit.confirmation_decision
+                        or commit.handoff_reason
+                    )
+                    transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
         except IntegrityError as exc:
             # A unique token or sequence taken by a concurrent writer: the same race as a version
             # mismatch, reported the same way. The transaction rolled back whole.

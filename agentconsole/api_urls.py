@@ -1,0 +1,69 @@
+"""/api/ routes. The OpenAPI schema is at /api/schema/, a browsable view at /api/docs/."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+
+from memory import apis as memory_api
+from runs import apis as runs_api
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("runs/", runs_api.RunListCreate.as_view(), name="api-runs"),
+    path("runs/<str:run_id>/", runs_api.RunDetail.as_view(), name="api-run"),
+    path("runs/<str:run_id>/cancel/", runs_api.RunCancel.as_view(), name="api-run-cancel"),
+    path("runs/<str:run_id>/events/", runs_api.RunEvents.as_view(), name="api-run-events"),
+    path(
+        "runs/<str:run_id>/observations/",
+        runs_api.RunObservations.as_view(),
+        name="api-run-observations",
+    ),
+    path("runs/<str:run_id>/ledger/", runs_api.RunLedger.as_view(), name="api-run-ledger"),
+    path("runs/<str:run_id>/grants/", runs_api.RunGrants.as_view(), name="api-run-grants"),
+    path("confirmations/", runs_api.ConfirmationList.as_view(), name="api-confirmations"),
+    path(
+        "confirmations/<str:confirmation_id>/",
+        runs_api.ConfirmationDetail.as_view(),
+        name="api-confirmation",
+    ),
+    path(
+        "confirmations/<str:confirmation_id>/approve/",
+        runs_api.ConfirmationApprove.as_view(),
+        name="api-confirmation-approve",
+    ),
+    path(
+        "confirmations/<str:confirmation_id>/decline/",
+        runs_api.ConfirmationDecline.as_view(),
+        name="api-confirmation-decline",
+    ),
+    path("handoffs/", runs_api.HandoffList.as_view(), name="api-handoffs"),
+    path("handoffs/<int:handoff_id>/", runs_api.HandoffDetail.as_view(), name="api-handoff"),
+    path(
+        "handoffs/<int:handoff_id>/claim/",
+        runs_api.HandoffClaim.as_view(),
+        name="api-handoff-claim",
+    ),
+    path(
+        "handoffs/<int:handoff_id>/resolve/",
+        runs_api.HandoffResolve.as_view(),
+        name="api-handoff-resolve",
+    ),
+    path("queues/", runs_api.QueueCounts.as_view(), name="api-queues"),
+    path("preferences/", memory_api.PreferenceList.as_view(), name="api-preferences"),
+    path("preferences/changes/", memory_api.ChangePropose.as_view(), name="api-pref-propose"),
+    path(
+        "preferences/changes/<int:change_id>/apply/",
+        memory_api.ChangeApply.as_view(),
+        name="api-pref-apply",
+    ),
+    path("preferences/history/", memory_api.PreferenceHistory.as_view(), name="api-pref-history"),
+    path("preferences/export/", memory_api.PreferenceExport.as_view(), name="api-pref-export"),
+    path("preferences/erase/", memory_api.PreferenceErase.as_view(), name="api-pref-erase"),
+    path(
+        "preferences/<str:key>/revoke/",
+        memory_api.PreferenceRevoke.as_view(),
+        name="api-pref-revoke",
+    ),
+]

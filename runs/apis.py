@@ -1,0 +1,415 @@
+"""HTTP API of runs, trace, confirmations and handoffs: thin views over services and selectors.
+
+One APIView per operation, nested input/output serializers (HackSoft style). Errors leave as
+``{code, message, extra}`` through ``agentconsole.api.exception_handler``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentconsole.api import StrictSerializer
+from agentconsole.roles import is_admin, is_operator, is_reviewer
+from policy.domain.errors import NotFound
+from policy.models import Confirmation, Grant
+from runs import handoffs, selectors, services
+from runs import models as m
+from runs.domain.budgets import RunBudgets
+
+MAX_PAGE = 200
+
+
+class RunCursor(CursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = MAX_PAGE
+
+
+def _page(view: APIView, request: Request, qs: Any, serializer: type) -> Response:
+    paginator = RunCursor()
+    page = paginator.paginate_queryset(qs, request, view=view)
+    return paginator.get_paginated_response(serializer(page, many=True).data)
+
+
+class RunOut(serializers.ModelSerializer):
+    run_id = serializers.CharField(source="id")
+    owner = serializers.CharField(source="owner.username", default=None)
+
+    class Meta:
+        model = m.Run
+        fields = [
+            "run_id", "subject", "goal", "owner", "status", "version", "step", "max_steps",
+            "tool_calls", "max_tool_calls", "max_repeated_proposal", "deadline_ms",
+            "stop_reason", "answer", "citations", "pending_confirmation_id", "budgets",
+            "created_at", "updated_at",
+        ]  # fmt: skip
+
+
+class GrantIn(StrictSerializer):
+    capability = serializers.CharField(max_length=64)
+    resource_scope = serializers.CharField(max_length=512)
+    expires_at_step = serializers.IntegerField(min_value=0, max_value=10_000)
+    max_calls = serializers.IntegerField(min_value=1, required=False)
+    constraints = serializers.DictField(required=False)
+
+
+class BudgetsIn(StrictSerializer):
+    max_steps = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
+    max_tool_calls = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
+    max_repeated_proposal = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    deadline_ms = serializers.IntegerField(
+        min_value=1, max_value=7 * 24 * 3600 * 1000, required=False
+    )
+
+
+class PlannerIn(StrictSerializer):
+    kind = serializers.ChoiceField(choices=["fixture"])
+    outputs = serializers.ListField(child=serializers.JSONField(), max_length=10_000)
+
+
+class RunCreateIn(StrictSerializer):
+    goal = serializers.CharField(max_length=4000)
+    subject = serializers.CharField(max_length=128, required=False)
+    budgets = BudgetsIn(required=False)
+    grants = GrantIn(many=True, required=False)
+    planner = PlannerIn()
+
+
+class RunListCreate(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str),
+            OpenApiParameter("subject", str),
+            OpenApiParameter("created_after", str, description="ISO 8601"),
+            OpenApiParameter("created_before", str, description="ISO 8601"),
+        ],
+        responses=RunOut(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        qs = selectors.runs_visible(user=request.user).select_related("owner")
+        params = _Filters(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        f = params.validated_data
+        if f.get("status"):
+            qs = qs.filter(status=f["status"])
+        if f.get("subject"):
+            qs = qs.filter(subject=f["subject"])
+        if f.get("created_after"):
+            qs = qs.filter(created_at__gte=f["created_after"])
+        if f.get("created_before"):
+            qs = qs.filter(created_at__lt=f["created_before"])
+        return _page(self, request, qs, RunOut)
+
+    @extend_schema(request=RunCreateIn, responses={201: RunOut})
+    def post(self, request: Request) -> Response:
+        data = _valid(RunCreateIn, request.data)
+        subject = data.get("subject") or request.user.get_username()
+        if subject != request.user.get_username() and not is_admin(request.user):
+            raise PermissionDenied("only an admin starts runs for another subject")
+        grants = [dict(g) for g in data.get("grants", [])]
+        if grants and not is_operator(request.user):
+            # Capabilities are trusted input: a user cannot grant their own run anything.
+            raise PermissionDenied("only operators and admins grant capabilities")
+        try:
+            budgets = RunBudgets(**data.get("budgets", {}))
+            state = services.run_create(
+                subject=subject,
+                goal=data["goal"],
+                budgets=budgets,
+                grants=grants,
+                planner=dict(data["planner"]),
+                owner=request.user,
+                granted_by=request.user if grants else None,
+                enqueue=True,
+            )
+        except ValueError as exc:  # pydantic: a grant constraint of the wrong shape, etc.
+            raise serializers.ValidationError({"grants": [str(exc)[:500]]}) from None
+        run = m.Run.objects.select_related("owner").get(pk=state.run_id)
+        return Response(RunOut(run).data, status=status.HTTP_201_CREATED)
+
+
+class _Filters(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=[c[0] for c in m.Run._meta.get_field("status").choices], required=False
+    )
+    subject = serializers.CharField(max_length=128, required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+    cursor = serializers.CharField(required=False)
+    page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, required=False)
+
+
+def _valid(serializer: type, data: Any) -> dict[str, Any]:
+    s = serializer(data=data)
+    s.is_valid(raise_exception=True)
+    return s.validated_data
+
+
+class RunDetail(APIView):
+    @extend_schema(responses=RunOut)
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(RunOut(selectors.access_run(user=request.user, run_id=run_id)).data)
+
+
+class CancelIn(StrictSerializer):
+    reason = serializers.CharField(max_length=256)
+
+
+class RunCancel(APIView):
+    @extend_schema(request=CancelIn, responses=RunOut)
+    def post(self, request: Request, run_id: str) -> Response:
+        run = selectors.access_run(user=request.user, run_id=run_id)
+        if run.owner_id != request.user.pk and not is_operator(request.user):
+            raise PermissionDenied("only the run's owner or an operator cancels it")
+        data = _valid(CancelIn, request.data)
+        services.run_cancel(run_id=run.pk, by=request.user, reason=data["reason"], enqueue=True)
+        return Response(RunOut(m.Run.objects.get(pk=run.pk)).data)
+
+
+class EventOut(serializers.ModelSerializer):
+    class Meta:
+        model = m.TraceEvent
+        fields = ["sequence", "event", "proposal_id", "details", "created_at"]
+
+
+class AfterQuery(serializers.Serializer):
+    after = serializers.IntegerField(min_value=0, required=False, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, required=False, default=100)
+
+
+class RunEvents(APIView):
+    """Keyset pagination on the sequence: ``?after=<sequence>``; ``next_after`` continues."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        responses=inline_serializer(
+            "EventPage",
+            {
+                "results": EventOut(many=True),
+                "next_after": serializers.IntegerField(allow_null=True),
+            },
+        ),
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = selectors.access_run(user=request.user, run_id=run_id)
+        q = _valid(AfterQuery, request.query_params)
+        rows = list(
+            m.TraceEvent.objects.filter(run=run, sequence__gt=q["after"]).order_by("sequence")[
+                : q["limit"]
+            ]
+        )
+        next_after = rows[-1].sequence if len(rows) == q["limit"] else None
+        return Response({"results": EventOut(rows, many=True).data, "next_after": next_after})
+
+
+class ObservationOut(serializers.ModelSerializer):
+    class Meta:
+        model = m.Observation
+        fields = ["observation_id", "kind", "trust", "step", "content", "content_hash", "citable"]
+
+
+class LedgerOut(serializers.ModelSerializer):
+    class Meta:
+        model = m.LedgerEntry
+        fields = [
+            "idempotency_token", "proposal_id", "tool_name", "tool_version", "arguments_hash",
+            "proposal_hash", "status", "outcome", "verification", "attempt", "step",
+            "started_at", "finished_at",
+        ]  # fmt: skip
+
+
+class GrantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Grant
+        fields = ["id", "capability", "resource_scope", "expires_at_step", "max_calls",
+                  "calls_used", "constraints", "created_at"]  # fmt: skip
+
+
+def _run_list_view(model: Any, out: type, order: str) -> type[APIView]:
+    class View(APIView):
+        @extend_schema(responses=out(many=True))
+        def get(self, request: Request, run_id: str) -> Response:
+            run = selectors.access_run(user=request.user, run_id=run_id)
+            rows = model.objects.filter(run=run).order_by(order)[:1000]
+            return Response(out(rows, many=True).data)
+
+    View.__name__ = f"Run{model.__name__}List"
+    return View
+
+
+RunObservations = _run_list_view(m.Observation, ObservationOut, "id")
+RunLedger = _run_list_view(m.LedgerEntry, LedgerOut, "id")
+RunGrants = _run_list_view(Grant, GrantOut, "id")
+
+
+class ConfirmationOut(serializers.ModelSerializer):
+    confirmation_id = serializers.CharField(source="id")
+    run_id = serializers.CharField()
+    decided_by = serializers.CharField(source="decided_by.username", default=None)
+
+    class Meta:
+        model = Confirmation
+        fields = [
+            "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
+            "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
+            "requested_at", "decided_at", "decided_by",
+        ]  # fmt: skip
+
+
+def _confirmations_visible(user: Any) -> Any:
+    qs = Confirmation.objects.select_related("decided_by")
+    if is_operator(user) or is_reviewer(user):
+        return qs
+    return qs.filter(run__owner=user)
+
+
+class ConfirmationList(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str)], responses=ConfirmationOut(many=True)
+    )
+    def get(self, request: Request) -> Response:
+        wanted = request.query_params.get("status", "pending")
+        qs = _confirmations_visible(request.user).filter(status=wanted).order_by("-requested_at")
+        return Response(ConfirmationOut(qs[:MAX_PAGE], many=True).data)
+
+
+class ConfirmationDetail(APIView):
+    @extend_schema(responses=ConfirmationOut)
+    def get(self, request: Request, confirmation_id: str) -> Response:
+        c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
+        if c is None:
+            raise NotFound("no such confirmation")
+        data = ConfirmationOut(c).data
+        data["provenance"] = selectors.confirmation_provenance(confirmation=c)
+        return Response(data)
+
+
+class DecisionIn(StrictSerializer):
+    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+
+
+def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
+    c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
+    if c is None:
+        raise NotFound("no such confirmation")
+    # Operators decide; a run's owner may decide for their own run (it is their confirmation).
+    if not is_operator(request.user) and c.run.owner_id != request.user.pk:
+        raise PermissionDenied("only operators or the run's owner decide confirmations")
+    data = _valid(DecisionIn, request.data)
+    services.confirmation_decide(
+        confirmation_id=c.pk,
+        approved=approved,
+        shown_hash=data["proposal_hash"],
+        by=request.user,
+        enqueue=True,
+    )
+    c.refresh_from_db()
+    return Response(ConfirmationOut(c).data)
+
+
+class ConfirmationApprove(APIView):
+    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        return _decide(request, confirmation_id, approved=True)
+
+
+class ConfirmationDecline(APIView):
+    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        return _decide(request, confirmation_id, approved=False)
+
+
+class HandoffOut(serializers.ModelSerializer):
+    run_id = serializers.CharField()
+    assignee = serializers.CharField(source="assignee.username", default=None)
+
+    class Meta:
+        model = m.Handoff
+        fields = ["id", "run_id", "reason", "status", "bundle", "assignee", "resolution",
+                  "opened_at", "claimed_at", "resolved_at"]  # fmt: skip
+
+
+def _handoffs_for(user: Any) -> Any:
+    if not (is_reviewer(user) or is_operator(user)):
+        raise PermissionDenied("handoffs are for reviewers")
+    return m.Handoff.objects.select_related("assignee")
+
+
+class HandoffList(APIView):
+    @extend_schema(parameters=[OpenApiParameter("status", str)], responses=HandoffOut(many=True))
+    def get(self, request: Request) -> Response:
+        qs = _handoffs_for(request.user)
+        wanted = request.query_params.get("status")
+        if wanted:
+            qs = qs.filter(status=wanted)
+        return Response(HandoffOut(qs.order_by("-opened_at")[:MAX_PAGE], many=True).data)
+
+
+class HandoffDetail(APIView):
+    @extend_schema(responses=HandoffOut)
+    def get(self, request: Request, handoff_id: int) -> Response:
+        h = _handoffs_for(request.user).filter(pk=handoff_id).first()
+        if h is None:
+            raise NotFound("no such handoff")
+        return Response(HandoffOut(h).data)
+
+
+def _reviewer(request: Request) -> None:
+    if not is_reviewer(request.user):
+        raise PermissionDenied("only reviewers claim and resolve handoffs")
+
+
+class HandoffClaim(APIView):
+    @extend_schema(request=None, responses=HandoffOut)
+    def post(self, request: Request, handoff_id: int) -> Response:
+        _reviewer(request)
+        _valid(StrictSerializer, request.data or {})
+        return Response(
+            HandoffOut(handoffs.handoff_claim(handoff_id=handoff_id, by=request.user)).data
+        )
+
+
+class ResolveIn(StrictSerializer):
+    action = serializers.ChoiceField(choices=list(handoffs.ACTIONS))
+    reason = serializers.CharField(max_length=256)
+
+
+class HandoffResolve(APIView):
+    @extend_schema(request=ResolveIn, responses=HandoffOut)
+    def post(self, request: Request, handoff_id: int) -> Response:
+        _reviewer(request)
+        data = _valid(ResolveIn, request.data)
+        h = m.Handoff.objects.filter(pk=handoff_id).first()
+        if h is None:
+            raise NotFound("no such handoff")
+        if h.assignee_id not in (None, request.user.pk) and not is_admin(request.user):
+            raise PermissionDenied("this handoff is claimed by another reviewer")
+        resolved = handoffs.handoff_resolve(
+            handoff_id=handoff_id, by=request.user, action=data["action"], reason=data["reason"]
+        )
+        return Response(HandoffOut(resolved).data)
+
+
+class QueueCounts(APIView):
+    """Pending confirmations and open handoffs (the console badge; also pushed on /ws/console/)."""
+
+    @extend_schema(
+        responses=inline_serializer(
+            "QueueCounts",
+            {
+                "pending_confirmations": serializers.IntegerField(),
+                "open_handoffs": serializers.IntegerField(),
+            },
+        )
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.queue_counts())
