@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 MANAGE := $(PYTHON) manage.py
 STAMP := $(VENV)/.installed
 
-.PHONY: venv migrate run test lint fmt
+.PHONY: venv migrate run test lint fmt bench
 
 venv: $(STAMP)
 
@@ -32,3 +32,8 @@ lint: venv
 fmt: venv
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Benchmarks on a private database (dropped afterwards): PostgreSQL + Redis when DATABASE_URL /
+# REDIS_URL are set, SQLite + in-memory otherwise. Writes bench/results.json.
+bench: venv
+	$(PYTHON) -m bench.run

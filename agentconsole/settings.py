@@ -113,7 +113,15 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Wait for the writer lock instead of failing at once: web and worker share one file.
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        # WAL: readers never block the writer (web and worker share the file) and a commit
+        # needs no fsync of the whole database; NORMAL is durable across application crashes.
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        # Take the write lock at BEGIN: a read-then-write transaction can otherwise fail with
+        # "database is locked" when two processes upgrade their locks at once.
+        "transaction_mode": "IMMEDIATE",
+    }
     # A file (not :memory:) so a worker process can share the test database; the name can be
     # set per checkout or session so parallel test runs never share one file.
     DATABASES["default"]["TEST"] = {

@@ -87,6 +87,17 @@ def proposal_hash(tool_name: str, tool_version: str, arguments: Any) -> str:
     )
 
 
+def proposal_hash_from_canonical(tool_name: str, tool_version: str, arguments_text: str) -> str:
+    """``proposal_hash`` from already-canonical arguments, without canonicalising them again.
+
+    Sorted keys put "arguments" before "toolName" before "toolVersion", so the wrapper's
+    canonical text is exactly this concatenation (pinned by a golden test against
+    ``proposal_hash``)."""
+    name = json.dumps(tool_name, ensure_ascii=False)
+    version = json.dumps(tool_version, ensure_ascii=False)
+    return sha256_hex(f'{{"arguments":{arguments_text},"toolName":{name},"toolVersion":{version}}}')
+
+
 def per_run_confirmation_hash(tool_name: str, tool_version: str) -> str:
     """What a per-run confirmation is bound to: the tool identity, for the whole run."""
     return content_hash({"toolName": tool_name, "toolVersion": tool_version, "scope": "per-run"})

@@ -58,7 +58,7 @@ def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
     violation = tool.input_violation(proposal.arguments)
     if violation is not None:
         raise _Rejected(Reject("schema", violation.code, violation.message))
-    size = len(hashing.canonical(proposal.arguments).encode("utf-8"))
+    size = len(proposal.canonical_arguments().encode("utf-8"))
     if size > tool.contract.max_input_bytes:
         raise _Rejected(Reject("schema", "ARGUMENTS_TOO_LARGE", f"{size} bytes"))
     return dict(proposal.arguments)
@@ -116,7 +116,7 @@ def evaluate(
         )
     passed.append("authorization")
 
-    p_hash = hashing.proposal_hash(proposal.tool_name, proposal.tool_version, arguments)
+    p_hash = proposal.hash()
     confirmation = check_confirmation(
         contract=contract,
         proposal_hash=p_hash,
@@ -149,7 +149,7 @@ def evaluate(
         return Stop("budget", "DEADLINE_REACHED", "run deadline passed", tuple(passed))
     passed.append("budget")
 
-    args_hash = hashing.arguments_hash(arguments)
+    args_hash = hashing.sha256_hex(proposal.canonical_arguments())
     token = hashing.idempotency_token(run.run_id, proposal.proposal_id, contract.version, args_hash)
     command = _issue(
         command_id=f"{run.run_id}:{proposal.proposal_id}",

@@ -11,6 +11,7 @@ from jsonschema.exceptions import SchemaError
 
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
+from policy.domain.schemas import compile_schema
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ _KEYWORD_CODES = {
 class RegisteredTool:
     """A contract plus its compiled validators (compiled once, reused by every decision)."""
 
-    __slots__ = ("_input", "_output", "contract")
+    __slots__ = ("_fast_input", "_input", "_output", "contract")
 
     def __init__(self, contract: ToolContract) -> None:
         try:
@@ -52,10 +53,15 @@ class RegisteredTool:
         self.contract = contract
         self._input = Draft202012Validator(contract.input_schema)
         self._output = Draft202012Validator(contract.output_schema)
+        # A compiled yes/no for the common case (valid input); None when the schema uses a
+        # keyword outside the compiled subset.
+        self._fast_input = compile_schema(contract.input_schema)
 
     def input_violation(self, arguments: Any) -> SchemaViolation | None:
         if not isinstance(arguments, dict):
             return SchemaViolation("INPUT_NOT_OBJECT", "arguments must be a JSON object", "")
+        if self._fast_input is not None and self._fast_input(arguments):
+            return None
         return _first_violation(self._input, arguments)
 
     def output_violation(self, value: Any) -> SchemaViolation | None:

@@ -353,7 +353,7 @@ def _tool(
     confirmation_id: str | None,
 ) -> Commit:
     pid = proposal.proposal_id
-    p_hash = hashing.proposal_hash(proposal.tool_name, proposal.tool_version, proposal.arguments)
+    p_hash = proposal.hash()
     registered = registry.get(proposal.tool_name, proposal.tool_version)
     contract = registered.contract if registered else None
     if not resuming:
@@ -369,7 +369,7 @@ def _tool(
         tool=proposal.tool_name[:64],
         version=proposal.tool_version,
         proposal_hash=p_hash,
-        arguments_bytes=len(hashing.canonical(proposal.arguments).encode("utf-8")),
+        arguments_bytes=len(proposal.canonical_arguments().encode("utf-8")),
         source_observation_ids=list(proposal.source_observation_ids),
         cites_untrusted=untrusted,
         **_logged_arguments(contract, proposal.arguments),

@@ -1,0 +1,327 @@
+"""In-process benchmarks: the pure gate, the persisted step against a raw-SQL floor, step-cost
+growth over a 1,000-step run, and queries per step."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from bench.harness import Context, percentile, summary
+
+REPS = 5
+
+
+def _noop_contract():
+    from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
+    from policy.domain.proposals import ToolOutcome
+
+    return ToolContract(
+        name="bench_noop",
+        version="1",
+        description="Does nothing; returns its input number.",
+        input_schema={
+            "type": "object",
+            "properties": {"i": {"type": "integer"}},
+            "required": ["i"],
+            "additionalProperties": False,
+        },
+        output_schema={"type": "object"},
+        required_capabilities=("bench:noop",),
+        side_effect=SideEffect.READ,
+        confirmation=ConfirmationMode.NEVER,
+        timeout_ms=5_000,
+        execute=lambda args, ctx: ToolOutcome.succeeded({"i": args["i"]}),
+    )
+
+
+def bench_gate(ctx: Context) -> dict[str, Any]:
+    """Parse + evaluate over a realistic mix, one core, validators compiled once."""
+    from agentconsole import wiring
+    from policy.domain.canonical import proposal_hash
+    from policy.domain.confirmations import Confirmation, ConfirmationStatus
+    from policy.domain.gate import RunView, evaluate
+    from policy.domain.grants import CapabilityGrant
+    from policy.domain.proposals import parse_planner_output
+
+    registry = wiring.registry()
+    run = RunView(
+        run_id="r1",
+        subject="alice",
+        status="running",
+        step=2,
+        tool_calls=1,
+        max_tool_calls=10,
+        deadline_ms=2**62,
+    )
+    grants = [
+        CapabilityGrant(
+            grant_id="g1",
+            capability="search:public",
+            run_id="r1",
+            resource_scope="public",
+            expires_at_step=10,
+        ),
+        CapabilityGrant(
+            grant_id="g2",
+            capability="memory:write",
+            run_id="r1",
+            resource_scope="alice",
+            expires_at_step=10,
+        ),
+    ]
+    pref = {"key": "answer_language", "value": "zh-CN"}
+    confirmations = [
+        Confirmation(
+            confirmation_id="c1",
+            run_id="r1",
+            tool_name="save_preference",
+            proposal_hash=proposal_hash("save_preference", "1", pref),
+            status=ConfirmationStatus.APPROVED,
+            expires_at_step=10,
+        ),
+    ]
+
+    def out(pid: str, tool: str, args: Any) -> dict[str, Any]:
+        return {
+            "kind": "tool",
+            "proposal_id": pid,
+            "tool_name": tool,
+            "tool_version": "1",
+            "arguments": args,
+            "source_observation_ids": ["user-1"],
+        }
+
+    mix = [
+        out("p1", "search_public", {"query": "what happens after retries are exhausted"}),
+        out("p2", "save_preference", pref),
+        out("p3", "search_public", {"query": "x", "bogus": True}),
+        out("p4", "write_artifact", {"path": "run-output/a.md", "content": "hello"}),
+        out("p5", "save_preference", {"key": "answer_language", "value": "en"}),
+    ]
+    kinds = [
+        type(
+            evaluate(
+                parse_planner_output(m),
+                run=run,
+                grants=grants,
+                confirmations=confirmations,
+                registry=registry,
+                now_ms=1,
+            )
+        ).__name__
+        for m in mix
+    ]
+    rates = []
+    for _ in range(REPS):
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.0:
+            for raw in mix:
+                evaluate(
+                    parse_planner_output(raw),
+                    run=run,
+                    grants=grants,
+                    confirmations=confirmations,
+                    registry=registry,
+                    now_ms=1,
+                )
+            n += len(mix)
+        rates.append(n / (time.perf_counter() - start))
+    return {
+        "gate_decisions_per_s": {
+            **summary(rates),
+            "target": 20_000,
+            "how": f"parse + evaluate, mix {kinds}, {REPS} x 1 s, one thread",
+        }
+    }
+
+
+def _runner(steps: int):
+    """A Runner over the ORM store with the built-in tools plus a no-op read tool."""
+    from django.db import connections
+
+    from agentconsole import wiring
+    from policy.domain.registry import ToolRegistry
+    from runs.domain.planning import FixturePlanner
+    from runs.domain.runner import Runner
+    from runs.executor import ThreadExecutor
+    from runs.store import OrmRunStore
+
+    registry = ToolRegistry([*wiring.builtin_contracts(), _noop_contract()])
+    return Runner(
+        store=OrmRunStore(),
+        registry=registry,
+        executor=ThreadExecutor(registry=registry, on_thread_exit=connections.close_all),
+        planner_for=lambda cfg: FixturePlanner(cfg["outputs"]),
+    )
+
+
+def _new_run(steps: int) -> str:
+    from runs import services
+    from runs.domain.budgets import RunBudgets
+
+    outputs = [
+        {
+            "kind": "tool",
+            "proposal_id": f"p{i}",
+            "tool_name": "bench_noop",
+            "tool_version": "1",
+            "arguments": {"i": i},
+        }
+        for i in range(steps)
+    ]
+    state = services.run_create(
+        subject="bench",
+        goal="benchmark",
+        budgets=RunBudgets(max_steps=steps + 1, max_tool_calls=steps + 1, deadline_ms=3_600_000),
+        grants=[{"capability": "bench:noop", "resource_scope": "*", "expires_at_step": steps + 1}],
+        planner={"kind": "fixture", "outputs": outputs},
+    )
+    return state.run_id
+
+
+def _one_step(runner, run_id: str) -> None:
+    # One loop iteration = one full step (intent commit, tool call, outcome commit); advance
+    # then says "did not settle", which is the point.
+    with contextlib.suppress(RuntimeError):
+        runner.advance(run_id, max_iterations=1)
+
+
+def _floor(ctx: Context, inserts: int, updates: int, reps: int = 400) -> float:
+    """Raw transactions of a step-transaction's shape: a conditional UPDATE (+ the other
+    UPDATEs) and the same number of single-row INSERTs, no ORM, same database."""
+    import json
+
+    from django.db import connection
+
+    payload = json.dumps({"event": "tool.completed", "details": {"status": "succeeded"}})
+    connection.ensure_connection()
+    raw = connection.connection
+    cur = raw.cursor()
+    sqlite = connection.vendor == "sqlite"
+    serial = "INTEGER PRIMARY KEY AUTOINCREMENT" if sqlite else "BIGSERIAL PRIMARY KEY"
+    ph = "?" if sqlite else "%s"
+    cur.execute("CREATE TABLE IF NOT EXISTS floor_run (id TEXT PRIMARY KEY, version INTEGER)")
+    cur.execute(f"CREATE TABLE IF NOT EXISTS floor_row (id {serial}, run_id TEXT, body TEXT)")
+    cur.execute(f"INSERT INTO floor_run VALUES ({ph}, 0)", ("r",))
+    raw.commit()
+    version = 0
+    start = time.perf_counter()
+    for _ in range(reps):
+        cur.execute(
+            f"UPDATE floor_run SET version = version + 1 WHERE id = {ph} AND version = {ph}",
+            ("r", version),
+        )
+        for _ in range(max(0, updates - 1)):
+            cur.execute(f"UPDATE floor_run SET version = version WHERE id = {ph}", ("r",))
+        for _ in range(inserts):
+            cur.execute(f"INSERT INTO floor_row (run_id, body) VALUES ({ph}, {ph})", ("r", payload))
+        raw.commit()
+    elapsed = time.perf_counter() - start
+    cur.execute("DROP TABLE floor_row")
+    cur.execute("DROP TABLE floor_run")
+    raw.commit()
+    return reps / elapsed
+
+
+def _shape(queries: list[dict[str, Any]]) -> dict[str, int]:
+    kinds = {"SELECT": 0, "INSERT": 0, "UPDATE": 0, "DELETE": 0, "tx": 0}
+    for q in queries:
+        sql = q["sql"].lstrip().upper()
+        for k in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            if sql.startswith(k):
+                kinds[k] += 1
+        if sql.startswith(("SAVEPOINT", "BEGIN")) or "RELEASE SAVEPOINT" in sql:
+            kinds["tx"] += 1
+    return kinds
+
+
+def bench_persisted_steps(ctx: Context) -> dict[str, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    steps = 200
+    rates = []
+    shape = None
+    for _ in range(REPS):
+        run_id = _new_run(steps)
+        runner = _runner(steps)
+        _one_step(runner, run_id)  # created -> running
+        with CaptureQueriesContext(connection) as captured:
+            _one_step(runner, run_id)
+        shape = _shape(captured.captured_queries)
+        start = time.perf_counter()
+        for _ in range(steps - 1):
+            _one_step(runner, run_id)
+        rates.append((steps - 1) / (time.perf_counter() - start))
+    tx_per_step = 2  # intent commit, outcome commit
+    shape = shape or {"INSERT": 0, "UPDATE": 1}
+    inserts_per_tx = round(shape["INSERT"] / tx_per_step)
+    updates_per_tx = max(1, round(shape["UPDATE"] / tx_per_step))
+    floors = [_floor(ctx, inserts_per_tx, updates_per_tx) for _ in range(3)]
+    steps_median = summary(rates)["median"]
+    floor_median = summary(floors)["median"]
+    return {
+        "persisted_steps_per_s": {
+            **summary(rates),
+            "how": f"{REPS} runs x {steps - 1} steps of a no-op read tool through Runner + "
+            f"OrmRunStore (fixture planner, trace, observation, working memory, ledger intent "
+            f"and outcome, version CAS); queries in one step: {shape}",
+        },
+        "floor_tx_per_s": {
+            **summary(floors),
+            "how": f"raw DB-API transactions: {updates_per_tx} UPDATE (first conditional) + "
+            f"{inserts_per_tx} single-row INSERTs, 3 x 400, same database, no ORM",
+        },
+        "transactions_per_step": tx_per_step,
+        "step_vs_floor": {
+            "value": steps_median / floor_median * tx_per_step,
+            "target": 0.5,
+            "how": "persisted_steps_per_s / floor_tx_per_s x transactions_per_step (medians)",
+        },
+    }
+
+
+def bench_step_growth(ctx: Context) -> dict[str, Any]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    steps = 1000
+    run_id = _new_run(steps)
+    runner = _runner(steps)
+    _one_step(runner, run_id)  # created -> running
+    latencies = []
+    queries = {}
+    for i in range(1, steps + 1):
+        if i in (10, 1000):
+            with CaptureQueriesContext(connection) as captured:
+                t = time.perf_counter()
+                _one_step(runner, run_id)
+                latencies.append(time.perf_counter() - t)
+            queries[i] = len(captured.captured_queries)
+        else:
+            t = time.perf_counter()
+            _one_step(runner, run_id)
+            latencies.append(time.perf_counter() - t)
+        if ctx.time_left() < 60:
+            ctx.notes.append(f"step growth cut at step {i} (time budget)")
+            break
+    early = [x * 1000 for x in latencies[9:20]]
+    late = [x * 1000 for x in latencies[989:1000]]
+    growth = percentile(late, 50) / percentile(early, 50) if late else float("nan")
+    return {
+        "step_cost_growth": {
+            "value": growth,
+            "p50_steps_10_20_ms": percentile(early, 50),
+            "p50_steps_990_1000_ms": percentile(late, 50),
+            "target": 1.15,
+            "how": f"one run of {len(latencies)} steps of a no-op read tool; p50 of steps "
+            "990-1000 / p50 of steps 10-20",
+        },
+        "queries_per_step": {
+            "step_10": queries.get(10),
+            "step_1000": queries.get(1000),
+            "equal": queries.get(10) == queries.get(1000),
+            "how": "django CaptureQueriesContext around step 10 and step 1000 of the same run",
+        },
+    }

@@ -1,0 +1,113 @@
+"""`make bench`: every figure of issue 6 in one run, on a private database that is dropped at the
+end. PostgreSQL + Redis when DATABASE_URL / REDIS_URL are set, SQLite + in-memory otherwise.
+Prints a table and writes bench/results.json (not committed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from typing import Any
+
+from bench.harness import ROOT, Context, private_database
+
+BUDGET_S = 540  # the whole run stops by itself within 10 minutes
+
+
+def main() -> int:
+    base = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'var' / 'bench.sqlite3'}"
+    url, drop = private_database(base)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
+    # Production settings: DEBUG logs every query (and caps the log), which skews what we measure.
+    os.environ["DEBUG"] = "0"
+    os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    results: dict[str, Any] = {}
+    ctx = Context(
+        database_url=url,
+        redis_url=os.environ.get("REDIS_URL", ""),
+        vendor="",
+        deadline=time.monotonic() + BUDGET_S,
+    )
+    try:
+        call_command("migrate", verbosity=0)
+        ctx.vendor = connection.vendor
+        from bench import core
+
+        benches = [core.bench_gate, core.bench_persisted_steps, core.bench_step_growth]
+        try:
+            from bench import live
+
+            benches += [live.bench_trace_latency, live.bench_approval_roundtrip,
+                        live.bench_runs_list, live.bench_worker_scaling]  # fmt: skip
+        except ImportError as exc:
+            ctx.notes.append(f"live benchmarks unavailable: {exc}")
+        for bench in benches:
+            if ctx.time_left() < 20:
+                ctx.notes.append(f"{bench.__name__} skipped: time budget spent")
+                continue
+            started = time.monotonic()
+            print(f"... {bench.__name__}", file=sys.stderr, flush=True)
+            try:
+                results.update(bench(ctx))
+            except Exception as exc:  # one broken benchmark must not hide the others
+                results[bench.__name__] = {"error": f"{type(exc).__name__}: {exc}"}
+                traceback.print_exc()
+            ctx.notes.append(f"{bench.__name__}: {time.monotonic() - started:.1f} s")
+    finally:
+        connections.close_all()
+        drop()
+    results["_meta"] = {
+        "database": ctx.vendor,
+        "channel_layer": "redis" if ctx.redis_url else "in-memory",
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "notes": ctx.notes,
+    }
+    out = ROOT / "bench" / "results.json"
+    out.write_text(json.dumps(results, indent=2, default=str))
+    _print(results)
+    print(f"\nwritten: {out}")
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if value < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def _print(results: dict[str, Any]) -> None:
+    meta = results.get("_meta", {})
+    print(f"\nagentconsole bench — {meta.get('database')} + {meta.get('channel_layer')} layer, "
+          f"{meta.get('cpus')} cpus")  # fmt: skip
+    for key, value in results.items():
+        if key == "_meta":
+            continue
+        if not isinstance(value, dict):
+            print(f"{key:<28} {_fmt(value)}")
+            continue
+        figures = {k: v for k, v in value.items() if k != "how" and not isinstance(v, dict)}
+        line = "  ".join(f"{k}={_fmt(v)}" for k, v in figures.items())
+        print(f"{key:<28} {line}")
+        for sub, inner in value.items():
+            if isinstance(inner, dict):
+                inner_line = "  ".join(f"{k}={_fmt(v)}" for k, v in inner.items() if k != "how")
+                print(f"{'':<4}{sub:<24} {inner_line}")
+        if "how" in value:
+            print(f"{'':<4}how: {value['how']}")
+    for note in meta.get("notes", []):
+        print(f"note: {note}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
