@@ -97,6 +97,14 @@ class ThreadExecutor:
                 return "reconciled", self._finish(checked, command, contract, ctx, started, True)
             if checked.status is not OutcomeStatus.UNKNOWN:
                 replayable = True  # known absent
+        if replayable and cancel.cancelled:
+            # Known absent (or harmless to repeat), but the run is being cancelled: nothing
+            # starts; the effect is known not to have happened.
+            stopped = ToolOutcome.failed("CANCELLED", "not re-run: the run is cancelling",
+                                         retryable=False)  # fmt: skip
+            return "not-rerun-cancelled", self._finish(
+                stopped, command, contract, ctx, started, False
+            )
         if replayable:
             return "re-executed", self.run(command, contract, state, cancel)
         unknown = ToolOutcome.unknown("WORKER_LOST", "the worker died while the tool ran")

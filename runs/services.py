@@ -145,6 +145,10 @@ def run_advance(*, run_id: str) -> RunState | None:
 
     owner = new_owner()
     if not lease_acquire(run_id=run_id, owner=owner):
+        from runs.models import Run
+
+        if not Run.objects.filter(pk=run_id).exists():
+            raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
     try:
         return wiring.runner(owner).advance(run_id)

@@ -190,6 +190,7 @@ class OrmRunStore:
                         commit.confirmation_request
                         or commit.confirmation_decision
                         or commit.handoff_reason
+                        or commit.expire_pending_confirmations
                     )
                     transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
         except IntegrityError as exc:
@@ -313,6 +314,10 @@ class OrmRunStore:
             ).update(calls_used=F("calls_used") + 1)
             if n != 1:
                 raise VersionConflict("grant used up concurrently", run_id=run_id)
+        if commit.expire_pending_confirmations:
+            ConfirmationRow.objects.filter(
+                run_id=run_id, status=ConfirmationStatus.PENDING.value
+            ).update(status=ConfirmationStatus.EXPIRED.value)
         if commit.handoff_reason is not None:
             self._open_handoff(state, commit.handoff_reason)
 

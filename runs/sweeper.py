@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -52,13 +51,8 @@ def sweep(
     ).values_list("id", flat=True)[:BATCH]
     for run_id in overdue_waiting:
         try:
-            with transaction.atomic():
-                state = store.apply(steps.deadline_while_waiting(store.load(run_id)))
-                from policy.models import Confirmation
-
-                Confirmation.objects.filter(run_id=run_id, status="pending").update(
-                    status="expired"
-                )
+            # The commit also expires the run's pending confirmation.
+            state = store.apply(steps.deadline_while_waiting(store.load(run_id)))
             report.expired_waiting.append(state.run_id)
         except DomainError:
             continue  # decided or cancelled meanwhile

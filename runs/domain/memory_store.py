@@ -142,6 +142,12 @@ class MemoryStore:
                 self._grants[run_id][grant_id] = g.model_copy(
                     update={"calls_used": g.calls_used + 1}
                 )
+            if commit.expire_pending_confirmations:
+                for cid, c in list(confirmations.items()):
+                    if c.status is ConfirmationStatus.PENDING:
+                        confirmations[cid] = c.model_copy(
+                            update={"status": ConfirmationStatus.EXPIRED}
+                        )
             if commit.handoff_reason is not None:
                 self.handoffs[run_id].append(commit.handoff_reason)
             if commit.working_items:

@@ -235,6 +235,9 @@ class Runner:
         contract = self._contract(command)
         command = self._fresh(command, contract, state)
         cancel = CancelSignal()
+        if state.status is Status.CANCELLING:
+            # Cancelling: the effect is checked, but no tool starts again (seed §7, §13).
+            cancel.cancel("CANCEL_REQUESTED")
         with self.watch(state.run_id, cancel):
             how, execution = self.executor.recover(command, contract, state, cancel)
         self._apply_fresh(state.run_id, lambda cur: steps.recovered(cur, command, how=how))

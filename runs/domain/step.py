@@ -90,6 +90,8 @@ class Commit:
     handoff_reason: str | None = None
     # (idempotency_token, attempt): the next attempt of a started command, same token.
     ledger_attempt: tuple[str, int] | None = None
+    # The run stops waiting for a person: its pending confirmations expire in this commit.
+    expire_pending_confirmations: bool = False
     # The working-memory items the new observations become (the store admits and evicts).
     working_items: list[WorkingItem] = field(default_factory=list)
 
@@ -641,6 +643,7 @@ def request_cancel(state: RunState, *, by: str, reason: str, active_tool: bool) 
             b.stop(Event.EFFECTS_CHECKED, "CANCELLED", None, by=by)
         return b.done()
     b.stop(Event.CANCEL_REQUESTED, "CANCELLED", None, by=by)
+    b.commit.expire_pending_confirmations = True
     return b.done()
 
 
@@ -719,6 +722,7 @@ def deadline_while_waiting(state: RunState) -> Commit:
     """waiting_confirmation past the deadline → cancelled (nothing runs while waiting)."""
     b = _Builder(state, None)
     b.stop(Event.DEADLINE_REACHED, "DEADLINE_REACHED", _pid(state.pending_proposal))
+    b.commit.expire_pending_confirmations = True
     return b.done()
 
 

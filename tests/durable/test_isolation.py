@@ -1,0 +1,144 @@
+"""Isolated tools (SPEC §4): run in a child process (``runs.isolated_child``) that is killed hard
+at the deadline; secrets are injected by the executor and never stored anywhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from runs import services
+from runs.domain.machine import Status
+from tests.durable.durable_kit import Run, create, final, isolated_children, use
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "sk-durable-7f3a9c1e5b"
+
+
+class ChildWatcher:
+    """Samples this process's ``runs.isolated_child`` processes while a run advances."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.01):
+            self.seen |= isolated_children()
+
+    def __enter__(self) -> ChildWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def test_an_isolated_tool_answers_from_its_child_process(child_env):
+    run = create([use("p1", "durable_isolated_echo", text="hello child"), final("tool-1")])
+    with ChildWatcher() as watcher:
+        state = services.run_advance(run_id=run.run_id)
+    assert state.status is Status.COMPLETED, state.stop_reason
+    done = Run(run.run_id)
+    done.check()
+    assert [r["status"] for r in done.ledger] == ["succeeded"]
+    value = done.observation("tool-1")["content"]["value"]
+    assert value["echo"] == "hello child"
+    assert value["ok"] is True
+    # Computed in another process: the child's pid, which the watcher saw alive.
+    assert value["pid"] != os.getpid()
+    assert value["pid"] in watcher.seen
+    assert isolated_children() == set()
+
+
+@pytest.mark.parametrize(
+    ("tool", "ledger", "stop_reason", "handoff"),
+    [
+        # A read has no effect to doubt: known not to have happened.
+        ("durable_isolated_sleep", "failed", "TOOL_FAILED", False),
+        # A write killed mid-way: nobody knows whether it took effect.
+        ("durable_isolated_sleep_write", "unknown", "TOOL_OUTCOME_UNKNOWN", True),
+    ],
+)
+def test_an_isolated_tool_past_its_timeout_is_killed(child_env, tool, ledger, stop_reason, handoff):
+    run = create([use("p1", tool), use("p2", "durable_steady"), final("tool-1")])
+    began = time.monotonic()
+    with ChildWatcher() as watcher:
+        state = services.run_advance(run_id=run.run_id)
+    returned = time.monotonic()
+    assert returned - began < 5, f"the 300 ms tool held the run {returned - began:.1f}s"
+    assert watcher.seen, "no isolated child process was ever started"
+    # Killed and reaped: no child remains (checked for up to 1 s).
+    while isolated_children() and time.monotonic() - returned < 1:
+        time.sleep(0.02)
+    assert isolated_children() == set()
+    assert [pid for pid in watcher.seen if os.path.exists(f"/proc/{pid}")] == []
+
+    assert (state.status, state.stop_reason) == (Status.FAILED, stop_reason)
+    done = Run(run.run_id)
+    done.check()
+    [row] = done.ledger
+    assert row["status"] == ledger
+    assert row["outcome"]["code"] == "TOOL_STOPPED"
+    assert [e["proposal_id"] for e in done.events("tool.started")] == ["p1"]
+    assert bool(done.handoffs()) is handoff
+
+
+def test_a_cancel_kills_a_running_isolated_tool_at_once(child_env):
+    """A tool that ignores every cooperative signal, in a child: the cancel is a hard stop."""
+    run = create([use("p1", "durable_isolated_hang"), use("p2", "durable_steady")])
+    outcome: list[object] = []
+    with ChildWatcher() as watcher:
+        worker = threading.Thread(
+            target=lambda: (outcome.append(services.run_advance(run_id=run.run_id)),
+                            connections.close_all()),
+        )  # fmt: skip
+        worker.start()
+        try:
+            deadline = time.monotonic() + 15
+            while not watcher.seen:
+                assert time.monotonic() < deadline, "the isolated child never started"
+                time.sleep(0.02)
+            cancelled_at = time.monotonic()
+            services.run_cancel(run_id=run.run_id, by="ops", reason="hard stop")
+        finally:
+            worker.join(25)
+    assert time.monotonic() - cancelled_at < 3, "the child outlived the cancel"
+    assert isolated_children() == set()
+    done = Run(run.run_id)
+    done.check()
+    # A read killed mid-way has no effect to doubt: cancelled, and p2 never started.
+    assert (done.status, done.stop_reason) == ("cancelled", "CANCELLED")
+    assert [(r["proposal_id"], r["status"]) for r in done.ledger] == [("p1", "failed")]
+    assert done.ledger[0]["outcome"]["code"] == "TOOL_STOPPED"
+
+
+def test_secrets_reach_an_isolated_tool_but_are_never_stored(child_env, settings):
+    settings.AGENTCONSOLE_TOOL_SECRETS = {
+        "durable_isolated_secret": {"api_key": SECRET, "unlisted": "sk-not-declared-000"}
+    }
+    run = create([use("p1", "durable_isolated_secret", text="use the key"), final("tool-1")])
+    state = services.run_advance(run_id=run.run_id)
+    assert state.status is Status.COMPLETED, state.stop_reason
+    done = Run(run.run_id)
+    value = done.observation("tool-1")["content"]["value"]
+    # The child used the key: its digest is the secret's digest...
+    assert value["ok"] is True
+    assert value["sha256"] == hashlib.sha256(SECRET.encode()).hexdigest()
+    # Only the secrets the contract declares are injected.
+    assert value["names"] == ["api_key"]
+    # ...and the echo it carelessly returned was scrubbed before anything was stored.
+    assert value["echo"] == "key=[REDACTED]"
+    stored = json.dumps(done.data, default=str)
+    assert SECRET not in stored
+    assert "sk-not-declared-000" not in stored
+    handoffs = json.dumps([h.bundle for h in done.handoffs()])
+    assert SECRET not in handoffs

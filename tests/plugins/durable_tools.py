@@ -1,0 +1,195 @@
+"""Plugin tools for the durable-execution tests (tests/durable). Registered with
+``AGENTCONSOLE_TOOLS = ["tests.plugins.durable_tools"]`` (and, for isolated tools, the same value
+in the environment, so the child process ``runs.isolated_child`` finds them too).
+
+In-process tools record every real call in ``CALLS`` (tool name, idempotency token) so a test
+can tell whether a tool body ran, how often, and under which token. Fault wrappers
+(``runs.faults``) answer before the body runs, so an injected failure is not a call here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from typing import Any
+
+from policy.domain.contracts import (
+    ConfirmationMode,
+    RetryPolicy,
+    SideEffect,
+    ToolContext,
+    ToolContract,
+)
+from policy.domain.proposals import ToolOutcome
+
+CAPABILITY = "durable:use"
+
+CALLS: list[tuple[str, str]] = []
+# Set when ``durable_wait`` has started, so a test can act while the tool runs.
+WAIT_STARTED = threading.Event()
+_LOCK = threading.Lock()
+
+
+def reset() -> None:
+    with _LOCK:
+        CALLS.clear()
+    WAIT_STARTED.clear()
+
+
+def calls(name: str) -> list[str]:
+    """The idempotency tokens of the real calls of tool ``name``, in order."""
+    with _LOCK:
+        return [token for tool, token in CALLS if tool == name]
+
+
+def _record(name: str, ctx: ToolContext) -> None:
+    with _LOCK:
+        CALLS.append((name, ctx.idempotency_token))
+
+
+def _schema(**properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": sorted(properties),
+        "additionalProperties": False,
+    }
+
+
+_TEXT = {"type": "string", "maxLength": 200}
+_OK_OUTPUT = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def _contract(name: str, execute: Any, **overrides: Any) -> ToolContract:
+    fields: dict[str, Any] = {
+        "name": name,
+        "version": "1",
+        "description": f"durable-test tool {name}",
+        "input_schema": _schema(text=_TEXT),
+        "output_schema": _OK_OUTPUT,
+        "required_capabilities": (CAPABILITY,),
+        "side_effect": SideEffect.READ,
+        "confirmation": ConfirmationMode.NEVER,
+        "timeout_ms": 2_000,
+        "execute": execute,
+        "logged_fields": (),
+        "redacted_fields": ("text",),
+    }
+    fields.update(overrides)
+    return ToolContract(**fields)
+
+
+# --- in-process tools --------------------------------------------------------------------------
+
+
+def _flaky(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    _record("durable_flaky", ctx)
+    return ToolOutcome.succeeded({"ok": True})
+
+
+def _steady(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    _record("durable_steady", ctx)
+    return ToolOutcome.succeeded({"ok": True})
+
+
+def _note(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """A compensatable write to some outside system that cannot be asked afterwards."""
+    _record("durable_note", ctx)
+    return ToolOutcome.succeeded({"ok": True})
+
+
+def _guarded(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    _record("durable_guarded", ctx)
+    return ToolOutcome.succeeded({"ok": True})
+
+
+def _wait(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """Cooperative: waits for the cancel signal up to ``seconds``; stops at the signal."""
+    _record("durable_wait", ctx)
+    WAIT_STARTED.set()
+    if ctx.cancel.wait(float(arguments["seconds"])):
+        return ToolOutcome.failed("CANCELLED", "stopped at the cancel signal", retryable=False)
+    return ToolOutcome.succeeded({"ok": True})
+
+
+# --- isolated tools (run in the child process ``runs.isolated_child``) -------------------------
+
+
+def _isolated_echo(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    return ToolOutcome.succeeded({"ok": True, "pid": os.getpid(), "echo": arguments["text"]})
+
+
+def _isolated_sleep(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    time.sleep(30)  # ignores every cooperative signal: only a hard stop ends it early
+    return ToolOutcome.succeeded({"ok": True})
+
+
+def _isolated_secret(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    secret = ctx.secrets.get("api_key", "")
+    # Uses the secret (its digest proves it arrived) and, carelessly, echoes it.
+    return ToolOutcome.succeeded(
+        {
+            "ok": bool(secret),
+            "echo": f"key={secret}",
+            "sha256": hashlib.sha256(secret.encode("utf-8")).hexdigest(),
+            "names": sorted(ctx.secrets),
+        },
+    )
+
+
+_WAIT_SCHEMA = _schema(seconds={"type": "number", "minimum": 0, "maximum": 60})
+_ECHO_OUTPUT = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "pid": {"type": "integer"}, "echo": _TEXT},
+    "required": ["ok", "pid", "echo"],
+}
+_SECRET_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "echo": {"type": "string"},
+        "sha256": {"type": "string"},
+        "names": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["ok", "echo", "sha256", "names"],
+}
+
+TOOLS = [
+    _contract(
+        "durable_flaky",
+        _flaky,
+        side_effect=SideEffect.IDEMPOTENT_WRITE,
+        retry=RetryPolicy(max_attempts=3, backoff_ms=10),
+    ),
+    _contract("durable_steady", _steady, side_effect=SideEffect.IDEMPOTENT_WRITE),
+    # No reconcile: after a lost answer nobody can tell whether the write happened.
+    _contract("durable_note", _note, side_effect=SideEffect.COMPENSATABLE_WRITE, timeout_ms=200),
+    _contract("durable_guarded", _guarded, confirmation=ConfirmationMode.PER_CALL),
+    _contract("durable_wait", _wait, input_schema=_WAIT_SCHEMA, timeout_ms=10_000),
+    _contract(
+        "durable_isolated_echo",
+        _isolated_echo,
+        output_schema=_ECHO_OUTPUT,
+        isolated=True,
+        timeout_ms=20_000,
+    ),
+    _contract("durable_isolated_sleep", _isolated_sleep, isolated=True, timeout_ms=300),
+    _contract("durable_isolated_hang", _isolated_sleep, isolated=True, timeout_ms=20_000),
+    _contract(
+        "durable_isolated_sleep_write",
+        _isolated_sleep,
+        side_effect=SideEffect.COMPENSATABLE_WRITE,
+        isolated=True,
+        timeout_ms=300,
+    ),
+    _contract(
+        "durable_isolated_secret",
+        _isolated_secret,
+        output_schema=_SECRET_OUTPUT,
+        isolated=True,
+        timeout_ms=20_000,
+        secret_names=("api_key",),
+    ),
+]
