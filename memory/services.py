@@ -197,6 +197,11 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
     if change.expires_at <= timezone.now():
         PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
+    # All conditions hold at the moment of writing, not only at proposal time: the whitelist
+    # or a key's schema may have narrowed since. Checked before the change is claimed.
+    violation = check_preference(_policies(), change.key, change.proposed_value)
+    if violation is not None:
+        raise MemoryError(violation[1], code=violation[0])
     # Claim the change first: a replayed confirmation finds it no longer pending.
     if (
         PreferenceChange.objects.filter(pk=change.pk, status="pending").update(
@@ -301,6 +306,8 @@ def preferences_erase(*, subject: str, by: Any) -> int:
                 subject=subject, key=r.key, value=None, version=r.version, action="erase"
             )
         PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
+        # Edits in flight hold values too: they go with the records.
+        PreferenceChange.objects.filter(subject=subject).delete()
     return len(records)
 
 

@@ -74,7 +74,9 @@ def test_an_isolated_tool_past_its_timeout_is_killed(child_env, tool, ledger, st
     with ChildWatcher() as watcher:
         state = services.run_advance(run_id=run.run_id)
     returned = time.monotonic()
-    assert returned - began < 5, f"the 300 ms tool held the run {returned - began:.1f}s"
+    # Not a performance claim: the tool sleeps 30 s, so finishing well before that means it was
+    # killed. Generous, because a loaded 2-core CI box can take seconds to spawn the child.
+    assert returned - began < 20, f"the 300 ms tool held the run {returned - began:.1f}s"
     assert watcher.seen, "no isolated child process was ever started"
     # Killed and reaped: no child remains (checked for up to 1 s).
     while isolated_children() and time.monotonic() - returned < 1:

@@ -1,0 +1,140 @@
+"""Memory governance acceptance tests (issue 4): fixtures shared by this folder.
+
+Scenario tests run files through ``run_fixture --json``. Tools run in a thread with their own
+database connection, so the rows a run needs must be committed: a test that runs scenarios itself
+uses ``django_db(transaction=True)``. Runs that many tests only look at are made once per module
+by ``scenario_batch`` (committed, then deleted when the module is done): a flush per test costs
+about two seconds on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection
+from django.test import override_settings
+
+from agentconsole import wiring
+from runs.corpus import demo_corpus_dir, document_load
+from tests.memory.memory_kit import Ran, delete_committed_rows, run_fresh
+
+# The database this process would use outside tests, read when this conftest is imported (at
+# collection, before pytest-django creates the test database). A module-scoped batch writes and
+# deletes committed rows itself, so it checks it is not talking to this one.
+NON_TEST_DATABASE = connection.settings_dict["NAME"]
+
+
+def refuse_non_test_database() -> None:
+    name = connection.settings_dict["NAME"]
+    if name == NON_TEST_DATABASE:
+        raise RuntimeError(
+            f"refusing to write to {name!r}: it is not the test database (pytest-django sets the "
+            "test database up only for runs that collect a django_db test: mark the tests that "
+            "use scenario_batch with django_db)"
+        )
+
+
+@pytest.fixture(autouse=True)
+def run_output_root(settings: Any, tmp_path: Path) -> Path:
+    root = tmp_path / "run-output"
+    root.mkdir()
+    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
+    return root
+
+
+def load_demo_corpus() -> None:
+    files = sorted(demo_corpus_dir().glob("*.md"))
+    assert files, "the demo corpus is empty"
+    for path in files:
+        document_load(path=path)
+
+
+@pytest.fixture
+def corpus(transactional_db: None) -> None:
+    """The demo corpus ``search_public`` reads, committed so the tool thread sees it."""
+    load_demo_corpus()
+
+
+@pytest.fixture(scope="module")
+def scenario_batch(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[Sequence[str]], dict[str, Ran]]]:
+    """``batch(names)``: run each file once for the module, long-term memory emptied before each
+    run, committed; the tests then read the captured results (or the database, rolled back).
+    Everything the runs wrote is deleted when the module is done.
+
+    The tests that use it must be marked ``django_db``: pytest-django creates the test database
+    only when a collected test asks for one, and this fixture refuses to run otherwise."""
+    ran: dict[str, Ran] = {}
+    used: list[bool] = []
+
+    def batch(names: Sequence[str]) -> dict[str, Ran]:
+        output = tmp_path_factory.mktemp("batch-run-output")
+        with django_db_blocker.unblock(), override_settings(AGENTCONSOLE_RUN_OUTPUT_ROOT=output):
+            refuse_non_test_database()
+            if not used:
+                used.append(True)
+                load_demo_corpus()
+            for name in names:
+                if name not in ran:
+                    ran[name] = run_fresh(name)
+        return {name: ran[name] for name in names}
+
+    yield batch
+    if used:
+        with django_db_blocker.unblock():
+            refuse_non_test_database()
+            delete_committed_rows()
+
+
+@pytest.fixture
+def users() -> dict[str, Any]:
+    """alice and bob (group user), an admin (group admin), a superuser and an operator.
+    Database access comes from the requesting test's ``django_db`` mark. The groups come from a
+    migration, but a transactional test before this one flushed them: get_or_create. No
+    passwords (unusable): hashing one costs a third of a second."""
+    model = get_user_model()
+    out = {}
+    for name in ("alice", "bob"):
+        user = model.objects.create_user(username=name)
+        user.groups.add(Group.objects.get_or_create(name="user")[0])
+        out[name] = user
+    admin = model.objects.create_user(username="ada")
+    admin.groups.add(Group.objects.get_or_create(name="admin")[0])
+    out["admin"] = admin
+    out["root"] = model.objects.create_superuser(username="root")
+    operator = model.objects.create_user(username="otto")
+    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
+    out["operator"] = operator
+    return out
+
+
+@pytest.fixture
+def memory_keys(settings: Any) -> Iterator[Callable[[Sequence[Mapping[str, Any]]], None]]:
+    """Reconfigure the memory key whitelist for one test (and rebuild what caches it)."""
+
+    def configure(keys: Sequence[Mapping[str, Any]]) -> None:
+        settings.AGENTCONSOLE_MEMORY_KEYS = list(keys)
+        wiring.memory_policies.cache_clear()
+        # The save_preference contract is built from the policies when the registry is built.
+        wiring.registry.cache_clear()
+
+    yield configure
+    wiring.memory_policies.cache_clear()
+    wiring.registry.cache_clear()
+
+
+@pytest.fixture
+def postgres_only() -> None:
+    """Truly concurrent writers need PostgreSQL: SQLite serializes every writer, so a race
+    there would prove nothing."""
+    if connection.vendor != "postgresql":
+        pytest.skip(
+            "needs PostgreSQL: set DATABASE_URL=postgres://... (this run uses "
+            f"{connection.vendor}, which serializes writers, so a race would prove nothing)"
+        )
