@@ -95,7 +95,12 @@ class RunListCreate(APIView):
         responses=RunOut(many=True),
     )
     def get(self, request: Request) -> Response:
-        qs = selectors.runs_visible(user=request.user).select_related("owner")
+        # The list never shows the planner script, the loop guard or fault plans: don't load them.
+        qs = (
+            selectors.runs_visible(user=request.user)
+            .select_related("owner")
+            .defer("planner", "loop_guard", "faults", "pending_proposal")
+        )
         params = _Filters(data=request.query_params)
         params.is_valid(raise_exception=True)
         f = params.validated_data

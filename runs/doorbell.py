@@ -2,15 +2,25 @@
 
 The database is the truth; listeners re-read from it. A lost ring (a Redis hiccup, or the
 in-memory layer, which does not cross processes, in the embedded deployment) only delays an
-event until the consumer's periodic catch-up. Ringing never fails a commit.
+event until the consumer's periodic catch-up. Ringing never fails or slows a commit:
+
+* With a cross-process layer (Redis) rings go to one background thread per process that owns
+  a persistent event loop (one connection pool), fire and forget; rings for the same run that
+  queue up are coalesced to the latest sequence.
+* With the in-memory layer the ring is delivered in place (it only reaches consumers of this
+  process, whose event loop ``async_to_sync`` uses when called from a request thread).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
+from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 log = logging.getLogger(__name__)
 
@@ -21,24 +31,61 @@ def run_group(run_id: str) -> str:
     return f"run.{run_id}"
 
 
-def ring_after_commit(run_id: str, sequence: int, *, queues_changed: bool = False) -> None:
+class _Bell:
+    """One daemon thread with its own loop; recreated after fork (Celery prefork children)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self.loop.run_forever, name="doorbell", daemon=True).start()
+
+    def ring(self, group: str, message: dict[str, Any]) -> None:
+        with self.lock:
+            first = group not in self.pending
+            self.pending[group] = message  # coalesce: the latest sequence says it all
+        if first:
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._send(group)))
+
+    async def _send(self, group: str) -> None:
+        with self.lock:
+            message = self.pending.pop(group, None)
+        if message is None:
+            return
+        try:
+            await get_channel_layer().group_send(group, message)
+        except Exception as exc:  # the truth is committed; the consumer catches up
+            log.warning("doorbell for %s failed: %s", group, type(exc).__name__)
+
+
+_bell: _Bell | None = None
+_bell_lock = threading.Lock()
+
+
+def _ring(group: str, message: dict[str, Any]) -> None:
+    global _bell
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
-        send = async_to_sync(layer.group_send)
-        send(run_group(run_id), {"type": "trace.doorbell", "sequence": sequence})
-        if queues_changed:
-            send(CONSOLE_GROUP, {"type": "console.doorbell"})
-    except Exception as exc:  # the truth is committed; a missed ring is caught up later
-        log.warning("doorbell for run %s failed: %s", run_id, type(exc).__name__)
+    if isinstance(layer, InMemoryChannelLayer):
+        try:
+            async_to_sync(layer.group_send)(group, message)
+        except Exception as exc:
+            log.warning("doorbell for %s failed: %s", group, type(exc).__name__)
+        return
+    with _bell_lock:
+        if _bell is None or _bell.pid != os.getpid():
+            _bell = _Bell()
+        bell = _bell
+    bell.ring(group, message)
+
+
+def ring_after_commit(run_id: str, sequence: int, *, queues_changed: bool = False) -> None:
+    _ring(run_group(run_id), {"type": "trace.doorbell", "sequence": sequence})
+    if queues_changed:
+        ring_console()
 
 
 def ring_console() -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(CONSOLE_GROUP, {"type": "console.doorbell"})
-    except Exception as exc:
-        log.warning("console doorbell failed: %s", type(exc).__name__)
+    _ring(CONSOLE_GROUP, {"type": "console.doorbell"})

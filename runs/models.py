@@ -80,6 +80,8 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
             # The sweeper: active runs whose lease is missing or expired.
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            # The runs list filtered by subject (and status), newest first.
+            models.Index(fields=["subject", "status", "-created_at"], name="run_subject_status"),
         ]
 
     def __str__(self) -> str:

@@ -1,5 +1,16 @@
-"""Shared pytest fixtures for the agentconsole test suite (none yet).
+"""Shared pytest fixtures for the agentconsole test suite.
 
 Layout mirrors the code: tests/domain (no database), tests/conformance, tests/services, tests/api,
 tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
 """
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Servers keep connections open (CONN_MAX_AGE); tests close them, so no thread of the test
+    process holds the test database when it is flushed or dropped."""
+    from django.conf import settings
+
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -196,8 +196,9 @@ class Runner:
         cancel = CancelSignal()
         with self.watch(state.run_id, cancel):
             while True:
-                if attempt > 1:
-                    command = self._fresh(command, contract, state)
+                # The tool's deadline counts from now, not from the decision: waiting for the
+                # intent to commit (a busy database) must not eat the tool's own time.
+                command = self._fresh(command, contract, state)
                 execution = self.executor.run(command, contract, state, cancel)
                 outcome = execution.outcome
                 policy = contract.retry
