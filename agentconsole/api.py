@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, parsers, serializers
 from rest_framework.response import Response
@@ -41,6 +42,9 @@ def _drf_code(exc: exceptions.APIException) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render DRF, Django and domain errors in one shape; return None for anything else (a 500)."""
+    if isinstance(exc, RequestDataTooBig):
+        # DRF reads request.body before any parser runs; Django refuses it there.
+        exc = RequestTooLarge()
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -94,11 +98,42 @@ class LimitedJSONParser(parsers.JSONParser):
             too_big = False
         if too_big:
             raise RequestTooLarge()
-        return super().parse(stream, media_type, parser_context)
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError("JSON nests too deeply") from None
+        _check_json(data)
+        return data
+
+
+def _check_json(data: Any) -> None:
+    """What a JSON column of every supported database can store: no NaN/Infinity, no lone
+    surrogates, no NUL characters, at most 64 levels deep."""
+    from policy.domain.canonical import canonical
+    from policy.domain.errors import CanonicalError
+
+    try:
+        text = canonical(data)
+    except CanonicalError as exc:
+        raise exceptions.ParseError(f"JSON not accepted: {exc.message}") from None
+    if "\\u0000" in text or "\x00" in text:
+        raise exceptions.ParseError("JSON not accepted: NUL characters")
+
+
+_JSON_TYPES: list[tuple[type, Any, str]] = [
+    (serializers.BooleanField, lambda v: isinstance(v, bool), "a boolean"),
+    (serializers.IntegerField, lambda v: isinstance(v, int) and not isinstance(v, bool),
+     "an integer"),
+    (serializers.CharField, lambda v: isinstance(v, str), "a string"),
+    (serializers.ChoiceField, lambda v: isinstance(v, str), "a string"),
+    (serializers.DictField, lambda v: isinstance(v, dict), "an object"),
+    (serializers.ListField, lambda v: isinstance(v, list), "an array"),
+]  # fmt: skip
 
 
 class StrictSerializer(serializers.Serializer):
-    """Input serializers reject fields they do not declare (DRF ignores them by default)."""
+    """Input serializers reject fields they do not declare (DRF ignores them by default) and
+    values of the wrong JSON type (DRF would turn "3" into 3 and 1 into True)."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):
@@ -107,4 +142,15 @@ class StrictSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {name: ["Unknown field."] for name in unknown}, code="unknown_field"
                 )
+            wrong = {}
+            for name, value in data.items():
+                field = self.fields[name]
+                if value is None:
+                    continue
+                for cls, ok, what in _JSON_TYPES:
+                    if isinstance(field, cls) and not ok(value):
+                        wrong[name] = [f"Must be {what}."]
+                        break
+            if wrong:
+                raise serializers.ValidationError(wrong, code="invalid_type")
         return super().to_internal_value(data)

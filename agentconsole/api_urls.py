@@ -1,16 +1,28 @@
 """/api/ routes. The OpenAPI schema is at /api/schema/, a browsable view at /api/docs/."""
 
-from django.urls import path
+from django.http import HttpRequest, JsonResponse
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.authtoken.serializers import AuthTokenSerializer
+from rest_framework.authtoken.views import ObtainAuthToken
 
+from agentconsole.api import StrictSerializer
 from memory import apis as memory_api
 from runs import apis as runs_api
+
+
+class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):
+    """username + password, nothing else (an extra "scope" is an error, not ignored)."""
+
+
+class StrictObtainAuthToken(ObtainAuthToken):
+    serializer_class = StrictTokenSerializer
+
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("auth/token/", StrictObtainAuthToken.as_view(), name="api-token"),
     path("runs/", runs_api.RunListCreate.as_view(), name="api-runs"),
     path("runs/<str:run_id>/", runs_api.RunDetail.as_view(), name="api-run"),
     path("runs/<str:run_id>/cancel/", runs_api.RunCancel.as_view(), name="api-run-cancel"),
@@ -66,4 +78,12 @@ urlpatterns = [
         memory_api.PreferenceRevoke.as_view(),
         name="api-pref-revoke",
     ),
+    # Anything else under /api/ answers in the API's error shape, not Django's HTML page.
+    re_path(r"^.*$", lambda request, *a, **k: _not_found(request), name="api-not-found"),
 ]
+
+
+def _not_found(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        {"code": "NOT_FOUND", "message": "no such API route", "extra": {}}, status=404
+    )

@@ -4,6 +4,10 @@ import os
 
 from celery import Celery
 
+from agentconsole import broker
+
+# "agentfs://": the embedded broker whose messages appear atomically (agentconsole/broker.py).
+broker.register()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 
 app = Celery("agentconsole")

@@ -76,6 +76,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "agentconsole.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -158,8 +159,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # 1 MiB
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "EXCEPTION_HANDLER": "agentconsole.api.exception_handler",
@@ -194,10 +196,11 @@ else:
     # database, which is the truth in both deployments.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
-if CELERY_BROKER_URL.startswith("filesystem://"):
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "agentfs://"
+if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
     # Embedded mode: a real worker process with no broker server. Producers and the worker share
-    # one folder; kombu locks each message file while taking it.
+    # one folder; a message is written under a temporary name and renamed into place, so a
+    # worker never reads half a message (agentconsole/broker.py; kombu's own transport can).
     # AGENTCONSOLE_BROKER_DIR lets a test or the fault lab give its worker a private queue.
     _broker_root = Path(os.environ.get("AGENTCONSOLE_BROKER_DIR") or VAR_DIR / "broker")
     _broker_queue = _broker_root / "queue"

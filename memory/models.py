@@ -59,6 +59,8 @@ class PreferenceHistory(models.Model):
     action = models.CharField(max_length=16)
     confirmation_id = models.CharField(max_length=128, null=True, blank=True)
     run_id = models.CharField(max_length=64, null=True, blank=True)
+    # Who: a username, "run:<id>" for a confirmed tool write, "system" for retention.
+    actor = models.CharField(max_length=150, blank=True, default="")
     # A tool write under the same idempotency token is recorded once (a retried call is a no-op).
     idempotency_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -77,6 +77,7 @@ def preference_write(
     confirmation_id: str,
     run_id: str | None,
     idempotency_token: str | None,
+    actor: str = "",
 ) -> WriteResult:
     """Write (subject, key) = value iff the record is at ``expected_version`` (None: absent or
     revoked). Callers have already checked the value and hold a matching confirmation.
@@ -137,6 +138,7 @@ def preference_write(
                 value=value,
                 version=record.version,
                 action="write",
+                actor=actor or (f"run:{run_id}" if run_id else ""),
                 confirmation_id=confirmation_id,
                 run_id=run_id,
                 idempotency_token=idempotency_token,
@@ -193,7 +195,11 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         raise NotFound("no such change", change_id=change_id)
     check_owner(subject=change.subject, by=by)
     if change.proposal_hash != shown_hash:
-        raise MemoryError("the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH")
+        mismatch = MemoryError(
+            "the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH"
+        )
+        mismatch.http_status = 409  # as for run confirmations
+        raise mismatch
     if change.expires_at <= timezone.now():
         PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
@@ -218,6 +224,7 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         confirmation_id=f"change:{change.pk}",
         run_id=None,
         idempotency_token=None,
+        actor=by.get_username(),
     )
     PreferenceChange.objects.filter(pk=change.pk).update(
         status="applied" if result.ok else "conflict", result=result.as_dict()
@@ -250,6 +257,7 @@ def preference_revoke(*, subject: str, key: str, by: Any, reason: str) -> Prefer
             value=record.value,
             version=record.version,
             action="revoke",
+            actor=by.get_username(),
         )
     return record
 
@@ -266,7 +274,7 @@ def preference_history(*, subject: str, by: Any, key: str | None = None) -> list
         rows = rows.filter(key=key)
     return list(
         rows.order_by("key", "version", "id").values(
-            "key", "value", "version", "action", "confirmation_id", "run_id", "created_at"
+            "key", "value", "version", "action", "confirmation_id", "run_id", "actor", "created_at"
         )
     )
 
@@ -303,7 +311,12 @@ def preferences_erase(*, subject: str, by: Any) -> int:
         PreferenceHistory.objects.filter(subject=subject).update(value=None)
         for r in records:
             PreferenceHistory.objects.create(
-                subject=subject, key=r.key, value=None, version=r.version, action="erase"
+                subject=subject,
+                key=r.key,
+                value=None,
+                version=r.version,
+                action="erase",
+                actor=by.get_username(),
             )
         PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
         # Edits in flight hold values too: they go with the records.
@@ -327,6 +340,7 @@ def preferences_purge_expired(*, now: Any = None) -> int:
                     value=None,
                     version=record.version,
                     action="purge",
+                    actor="system",
                 )
                 purged += 1
     return purged

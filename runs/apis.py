@@ -417,4 +417,6 @@ class QueueCounts(APIView):
         )
     )
     def get(self, request: Request) -> Response:
+        if not (is_operator(request.user) or is_reviewer(request.user)):
+            raise PermissionDenied("queue counts are for operators and reviewers")
         return Response(selectors.queue_counts())

@@ -106,7 +106,9 @@ class ThreadExecutor:
                 stopped, command, contract, ctx, started, False
             )
         if replayable:
-            return "re-executed", self.run(command, contract, state, cancel)
+            # The base run on purpose: ``contract`` is already what the caller prepared (a
+            # fault-injecting subclass has wrapped it once; its run() would wrap it again).
+            return "re-executed", ThreadExecutor.run(self, command, contract, state, cancel)
         unknown = ToolOutcome.unknown("WORKER_LOST", "the worker died while the tool ran")
         return "unknown", self._finish(unknown, command, contract, ctx, started, False)
 

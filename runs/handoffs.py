@@ -59,6 +59,8 @@ def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
             status="claimed", assignee=_user(by), claimed_at=timezone.now()
         )
         if n != 1:
+            if not m.Handoff.objects.filter(pk=handoff_id).exists():
+                raise NotFound("no such handoff", handoff_id=handoff_id)
             raise HandoffError("handoff is not open", code="HANDOFF_NOT_OPEN")
         handoff = m.Handoff.objects.get(pk=handoff_id)
         _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=_who(by))

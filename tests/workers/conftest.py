@@ -56,7 +56,7 @@ def celery_worker(
     from django.conf import settings
 
     transport_options = None
-    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+    if settings.CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         folder = tmp_path_factory.mktemp("broker")
         # The layout agentconsole/settings.py derives from AGENTCONSOLE_BROKER_DIR.
         transport_options = {

@@ -1,0 +1,274 @@
+"""Shared pieces of the HTTP API tests: personas, the error-shape check, and builders that put
+runs, confirmations, handoffs and preferences into known states in-process (through the services
+and ``runs.scenarios.run_scenario``, never a Celery worker)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+import runs
+from memory import services as memory_services
+from memory.models import PreferenceChange
+from policy.models import Confirmation
+from runs import models as m
+from runs import services
+from runs.domain.budgets import RunBudgets
+from runs.scenarios import parse_scenario, run_scenario
+
+PASSWORD = "api-tests-only-password"
+FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
+ROLES = ("operator", "reviewer", "user", "admin")
+HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
+
+# The codes a client may rely on (agentconsole/api.py, runs/services.py, runs/handoffs.py,
+# memory/services.py). The message is for humans and may change; the code may not.
+NOT_AUTHENTICATED = "NOT_AUTHENTICATED"
+PERMISSION_DENIED = "PERMISSION_DENIED"
+NOT_FOUND = "NOT_FOUND"
+VALIDATION_ERROR = "VALIDATION_ERROR"
+MALFORMED_REQUEST = "MALFORMED_REQUEST"
+REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+CONFIRMATION_HASH_MISMATCH = "CONFIRMATION_HASH_MISMATCH"
+CONFIRMATION_NOT_PENDING = "CONFIRMATION_NOT_PENDING"
+HANDOFF_NOT_OPEN = "HANDOFF_NOT_OPEN"
+MEMORY_SCOPE_NOT_OWNED = "MEMORY_SCOPE_NOT_OWNED"
+PREFERENCE_VERSION_CONFLICT = "PREFERENCE_VERSION_CONFLICT"
+
+
+# --- personas ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Persona:
+    """One caller: a user (None for the anonymous client), its API token and a client that sends
+    ``Authorization: Token ...`` on every request (scripts' auth; CSRF does not apply)."""
+
+    name: str
+    user: Any
+    token: str | None
+    client: APIClient = field(repr=False)
+
+    @property
+    def username(self) -> str:
+        return self.user.get_username() if self.user is not None else ""
+
+    def get(self, path: str, data: Any = None, **extra: Any) -> Any:
+        return self.client.get(path, data, **extra)
+
+    def post(self, path: str, data: Any = None, **extra: Any) -> Any:
+        """POST ``data`` as JSON (``None``: an empty JSON object)."""
+        return self.client.post(path, {} if data is None else data, format="json", **extra)
+
+    def post_raw(self, path: str, body: bytes | str, content_type: str) -> Any:
+        return self.client.post(path, data=body, content_type=content_type)
+
+
+def ensure_roles() -> dict[str, Group]:
+    """The role groups come from policy/migrations/0002_roles.py; a flush by an earlier
+    transactional test empties the table, so they are re-created here when missing."""
+    return {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
+
+
+def make_persona(
+    name: str, *, roles: tuple[str, ...] = (), superuser: bool = False, token: bool = True
+) -> Persona:
+    groups = ensure_roles()
+    User = get_user_model()
+    if superuser:
+        user = User.objects.create_superuser(name, f"{name}@example.test", PASSWORD)
+    else:
+        user = User.objects.create_user(name, f"{name}@example.test", PASSWORD)
+    for role in roles:
+        user.groups.add(groups[role])
+    client = APIClient()
+    key = None
+    if token:
+        key = Token.objects.create(user=user).key
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return Persona(name=name, user=user, token=key, client=client)
+
+
+def anonymous() -> Persona:
+    return Persona(name="anonymous", user=None, token=None, client=APIClient())
+
+
+class People:
+    """The personas, each created on first use (a test pays only for the users it needs)."""
+
+    ROLES: dict[str, tuple[str, ...]] = {
+        "alice": ("user",),
+        "bob": ("user",),
+        "operator": ("operator",),
+        "reviewer": ("reviewer",),
+        "reviewer2": ("reviewer",),
+        "admin": ("admin",),
+    }
+
+    def __init__(self) -> None:
+        self.anonymous = anonymous()
+
+    def __getattr__(self, name: str) -> Persona:
+        if name == "root":
+            made = make_persona("root", superuser=True)
+        elif name in self.ROLES:
+            made = make_persona(name, roles=self.ROLES[name])
+        else:
+            raise AttributeError(name)
+        setattr(self, name, made)
+        return made
+
+
+def persona(people: People, name: str) -> Persona:
+    return getattr(people, name)
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+def body_of(response: Any) -> Any:
+    return json.loads(response.content.decode("utf-8"))
+
+
+def describe(response: Any) -> str:
+    text = " ".join(response.content[:600].decode("utf-8", "replace").split())
+    return f"{response.status_code} {response.get('Content-Type')} {text}"
+
+
+def assert_error(response: Any, status: int | tuple[int, ...], code: str | None) -> dict[str, Any]:
+    """A 4xx is JSON ``{"code", "message", "extra"}`` and nothing else, with a stable code."""
+    statuses = (status,) if isinstance(status, int) else status
+    assert response.status_code in statuses, describe(response)
+    assert response.get("Content-Type", "").startswith("application/json"), describe(response)
+    body = body_of(response)
+    assert isinstance(body, dict), describe(response)
+    assert set(body) == {"code", "message", "extra"}, describe(response)
+    assert isinstance(body["code"], str), describe(response)
+    assert body["code"] == body["code"].upper(), describe(response)
+    assert isinstance(body["message"], str), describe(response)
+    assert body["message"], describe(response)
+    assert isinstance(body["extra"], dict), describe(response)
+    if code is not None:
+        assert body["code"] == code, describe(response)
+    return body
+
+
+def assert_ok(response: Any, status: int = 200) -> Any:
+    assert response.status_code == status, describe(response)
+    return body_of(response)
+
+
+# --- builders ---------------------------------------------------------------------------------
+
+
+def load_fixture(relative: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / relative).read_text(encoding="utf-8"))
+
+
+def scenario_run(data: dict[str, Any], owner: Any) -> dict[str, Any]:
+    """Run a scenario in-process (``runs.scenarios.run_scenario``); its export."""
+    return run_scenario(parse_scenario(json.dumps(data, ensure_ascii=False)), owner=owner)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A run stopped at ``waiting_confirmation`` with one pending confirmation."""
+
+    run_id: str
+    confirmation_id: str
+    proposal_hash: str
+    version: int
+
+
+def waiting_run(owner: Any, *, cites: list[str] | None = None) -> Waiting:
+    """``s15-missing-confirmation`` for ``owner`` (subject and grant scope = their username):
+    save_preference(answer_language=zh-CN) waits for a person, nothing ran."""
+    data = copy.deepcopy(load_fixture("scenarios/s15-missing-confirmation.json"))
+    subject = owner.get_username()
+    data["subject"] = subject
+    data["grants"][0]["resource_scope"] = subject
+    if cites is not None:
+        data["planner"][0]["source_observation_ids"] = cites
+    export = scenario_run(data, owner)
+    assert export["state"]["status"] == "waiting_confirmation", export["state"]
+    (pending,) = [c for c in export["confirmations"] if c["status"] == "pending"]
+    return Waiting(
+        run_id=export["state"]["run_id"],
+        confirmation_id=pending["id"],
+        proposal_hash=pending["proposal_hash"],
+        version=export["state"]["version"],
+    )
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A failed run with one open handoff."""
+
+    run_id: str
+    handoff_id: int
+
+
+def handoff_run(owner: Any) -> Handed:
+    """``s15-unknown-tool`` cut to one step: the registry rejects the first proposal and the
+    step budget (1) is then exhausted, so the run fails with MAX_STEPS_REACHED and opens a
+    handoff. No tool runs, so no tool thread needs a committed database."""
+    data = copy.deepcopy(load_fixture("scenarios/s15-unknown-tool.json"))
+    data["subject"] = owner.get_username()
+    data["budgets"]["max_steps"] = 1
+    export = scenario_run(data, owner)
+    assert export["state"]["stop_reason"] == "MAX_STEPS_REACHED", export["state"]
+    handoff = m.Handoff.objects.get(run_id=export["state"]["run_id"])
+    assert handoff.status == "open"
+    return Handed(run_id=export["state"]["run_id"], handoff_id=handoff.pk)
+
+
+def created_run(owner: Any, *, subject: str | None = None, goal: str = "a goal") -> str:
+    """A run as POST /api/runs/ leaves it before a worker picks it up: ``created``."""
+    state = services.run_create(
+        subject=subject or owner.get_username(),
+        goal=goal,
+        budgets=RunBudgets(),
+        grants=[],
+        planner={"kind": "fixture", "outputs": [{"kind": "final", "answer": "done"}]},
+        owner=owner,
+    )
+    return state.run_id
+
+
+def preference_set(owner: Any, key: str = "answer_language", value: str = "zh-CN") -> int:
+    """Write a preference through the owner's own propose/apply path; its new version."""
+    current = memory_services.preferences_list(subject=owner.get_username(), by=owner)
+    version = next((r.version for r in current if r.key == key and r.revoked_at is None), None)
+    change = memory_services.preference_propose_edit(
+        subject=owner.get_username(), key=key, value=value, expected_version=version, by=owner
+    )
+    result = memory_services.preference_apply_edit(
+        change_id=change.pk, shown_hash=change.proposal_hash, by=owner
+    )
+    assert result.ok, result
+    return result.version
+
+
+def pending_change(owner: Any, key: str = "answer_language", value: str = "en") -> PreferenceChange:
+    current = memory_services.preferences_list(subject=owner.get_username(), by=owner)
+    version = next((r.version for r in current if r.key == key and r.revoked_at is None), None)
+    return memory_services.preference_propose_edit(
+        subject=owner.get_username(), key=key, value=value, expected_version=version, by=owner
+    )
+
+
+def confirmation_row(confirmation_id: str) -> Confirmation:
+    return Confirmation.objects.select_related("decided_by").get(pk=confirmation_id)
+
+
+def events_of(run_id: str, name: str | None = None) -> list[m.TraceEvent]:
+    rows = m.TraceEvent.objects.filter(run_id=run_id).order_by("sequence")
+    return [e for e in rows if name is None or e.event == name]
