@@ -6,6 +6,8 @@ in ``PreferenceHistory``; revocation keeps a tombstone.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -99,6 +101,21 @@ class WorkingMemoryItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.item_id}"
+
+    @classmethod
+    def from_item(cls, run_id: str, item: Any) -> WorkingMemoryItem:
+        """A row for a ``memory.domain.working.WorkingItem`` (the step and the rebuild agree)."""
+        return cls(
+            run_id=run_id,
+            item_id=item.item_id,
+            kind=item.kind,
+            content=item.content,
+            trust=item.trust,
+            source_ids=list(item.source_ids),
+            created_at_step=item.created_at_step,
+            expires_after_step=item.expires_after_step,
+            seq=item.seq,
+        )
 
 
 class PreferenceChange(models.Model):

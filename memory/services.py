@@ -360,18 +360,5 @@ def working_memory_rebuild(*, run_id: str) -> int:
     )
     with transaction.atomic():
         WorkingMemoryItem.objects.filter(run_id=run_id).delete()
-        WorkingMemoryItem.objects.bulk_create(
-            WorkingMemoryItem(
-                run_id=run_id,
-                item_id=i.item_id,
-                kind=i.kind,
-                content=i.content,
-                trust=i.trust,
-                source_ids=list(i.source_ids),
-                created_at_step=i.created_at_step,
-                expires_after_step=i.expires_after_step,
-                seq=i.seq,
-            )
-            for i in items
-        )
+        WorkingMemoryItem.objects.bulk_create(WorkingMemoryItem.from_item(run_id, i) for i in items)
     return len(items)

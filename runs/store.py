@@ -332,19 +332,7 @@ class OrmRunStore:
         # queries whether or not the caps evict something.
         rows.exclude(item_id__in=list(kept_ids)).delete()
         WorkingMemoryItem.objects.bulk_create(
-            WorkingMemoryItem(
-                run_id=run_id,
-                item_id=i.item_id,
-                kind=i.kind,
-                content=i.content,
-                trust=i.trust,
-                source_ids=list(i.source_ids),
-                created_at_step=i.created_at_step,
-                expires_after_step=i.expires_after_step,
-                seq=i.seq,
-            )
-            for i in kept
-            if i.item_id not in current_ids
+            WorkingMemoryItem.from_item(run_id, i) for i in kept if i.item_id not in current_ids
         )
 
     def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
