@@ -107,9 +107,13 @@ class Runner:
             return planners[0]
 
         conflicts = 0
+        # A started-but-unsettled ledger row can only be left by an earlier, dead worker: within
+        # one advance every command is settled before the loop goes on. Look once, first.
+        look_for_orphan = True
         for _ in range(max_iterations):
             state = self.store.load(run_id)
-            if state.status in (Status.RUNNING, Status.CANCELLING):
+            if look_for_orphan and state.status in (Status.RUNNING, Status.CANCELLING):
+                look_for_orphan = False
                 orphan = self.store.started_command(run_id)
                 if orphan is not None:
                     # Intent committed, outcome never did: a worker died mid-tool. Settle that
