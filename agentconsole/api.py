@@ -154,3 +154,10 @@ class StrictSerializer(serializers.Serializer):
             if wrong:
                 raise serializers.ValidationError(wrong, code="invalid_type")
         return super().to_internal_value(data)
+
+
+def validated(serializer: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    """Validate input with ``serializer``; a failure leaves as VALIDATION_ERROR."""
+    s = serializer(data=data)
+    s.is_valid(raise_exception=True)
+    return s.validated_data

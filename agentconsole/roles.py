@@ -39,3 +39,17 @@ def is_reviewer(user: Any) -> bool:
 
 def sees_all_runs(user: Any) -> bool:
     return bool(roles_of(user) & {OPERATOR, REVIEWER, ADMIN})
+
+
+def actor_name(user: Any) -> str:
+    """Who did it, as recorded in the trace: a username, a given name, or "system"."""
+    if user is None:
+        return "system"
+    if isinstance(user, str):
+        return user[:128]
+    return getattr(user, "get_username", lambda: "unknown")()[:128]
+
+
+def user_or_none(user: Any) -> Any:
+    """A user row for a foreign key, or None for a name such as "scenario" or "system"."""
+    return user if getattr(user, "pk", None) else None

@@ -5,15 +5,13 @@ The subject is the requesting user's username; an admin may name another with ``
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentconsole.api import StrictSerializer
+from agentconsole.api import StrictSerializer, validated
 from agentconsole.roles import is_admin
 from memory import services
 from memory.models import PreferenceChange, PreferenceRecord
@@ -28,12 +26,6 @@ def _subject(request: Request) -> str:
             raise services.ScopeNotOwned("this memory belongs to another subject")
         return asked
     return request.user.get_username()
-
-
-def _valid(serializer: type, data: Any) -> dict[str, Any]:
-    s = serializer(data=data)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
 
 
 class PreferenceOut(serializers.ModelSerializer):
@@ -74,7 +66,7 @@ class ChangePropose(APIView):
 
     @extend_schema(parameters=[SUBJECT], request=ChangeIn, responses={201: ChangeOut})
     def post(self, request: Request) -> Response:
-        data = _valid(ChangeIn, request.data)
+        data = validated(ChangeIn, request.data)
         change = services.preference_propose_edit(
             subject=_subject(request),
             key=data["key"],
@@ -107,7 +99,7 @@ class ChangeApply(APIView):
         ),
     )
     def post(self, request: Request, change_id: int) -> Response:
-        data = _valid(ApplyIn, request.data)
+        data = validated(ApplyIn, request.data)
         result = services.preference_apply_edit(
             change_id=change_id, shown_hash=data["proposal_hash"], by=request.user
         )
@@ -128,7 +120,7 @@ class RevokeIn(StrictSerializer):
 class PreferenceRevoke(APIView):
     @extend_schema(parameters=[SUBJECT], request=RevokeIn, responses=PreferenceOut)
     def post(self, request: Request, key: str) -> Response:
-        data = _valid(RevokeIn, request.data)
+        data = validated(RevokeIn, request.data)
         record = services.preference_revoke(
             subject=_subject(request), key=key, by=request.user, reason=data["reason"]
         )
@@ -166,7 +158,7 @@ class PreferenceErase(APIView):
         responses=inline_serializer("Erased", {"erased": serializers.IntegerField()}),
     )
     def post(self, request: Request) -> Response:
-        _valid(EraseIn, request.data)
+        validated(EraseIn, request.data)
         return Response(
             {"erased": services.preferences_erase(subject=_subject(request), by=request.user)}
         )

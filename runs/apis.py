@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentconsole.api import StrictSerializer
+from agentconsole.api import StrictSerializer, validated
 from agentconsole.roles import is_admin, is_operator, is_reviewer
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
@@ -116,7 +116,7 @@ class RunListCreate(APIView):
 
     @extend_schema(request=RunCreateIn, responses={201: RunOut})
     def post(self, request: Request) -> Response:
-        data = _valid(RunCreateIn, request.data)
+        data = validated(RunCreateIn, request.data)
         subject = data.get("subject") or request.user.get_username()
         if subject != request.user.get_username() and not is_admin(request.user):
             raise PermissionDenied("only an admin starts runs for another subject")
@@ -153,12 +153,6 @@ class _Filters(serializers.Serializer):
     page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, required=False)
 
 
-def _valid(serializer: type, data: Any) -> dict[str, Any]:
-    s = serializer(data=data)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
-
-
 class RunDetail(APIView):
     @extend_schema(responses=RunOut)
     def get(self, request: Request, run_id: str) -> Response:
@@ -175,7 +169,7 @@ class RunCancel(APIView):
         run = selectors.access_run(user=request.user, run_id=run_id)
         if run.owner_id != request.user.pk and not is_operator(request.user):
             raise PermissionDenied("only the run's owner or an operator cancels it")
-        data = _valid(CancelIn, request.data)
+        data = validated(CancelIn, request.data)
         services.run_cancel(run_id=run.pk, by=request.user, reason=data["reason"], enqueue=True)
         return Response(RunOut(m.Run.objects.get(pk=run.pk)).data)
 
@@ -206,7 +200,7 @@ class RunEvents(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = selectors.access_run(user=request.user, run_id=run_id)
-        q = _valid(AfterQuery, request.query_params)
+        q = validated(AfterQuery, request.query_params)
         rows = list(
             m.TraceEvent.objects.filter(run=run, sequence__gt=q["after"]).order_by("sequence")[
                 : q["limit"]
@@ -309,7 +303,7 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
     # Operators decide; a run's owner may decide for their own run (it is their confirmation).
     if not is_operator(request.user) and c.run.owner_id != request.user.pk:
         raise PermissionDenied("only operators or the run's owner decide confirmations")
-    data = _valid(DecisionIn, request.data)
+    data = validated(DecisionIn, request.data)
     services.confirmation_decide(
         confirmation_id=c.pk,
         approved=approved,
@@ -377,7 +371,7 @@ class HandoffClaim(APIView):
     @extend_schema(request=None, responses=HandoffOut)
     def post(self, request: Request, handoff_id: int) -> Response:
         _reviewer(request)
-        _valid(StrictSerializer, request.data or {})
+        validated(StrictSerializer, request.data or {})
         return Response(
             HandoffOut(handoffs.handoff_claim(handoff_id=handoff_id, by=request.user)).data
         )
@@ -392,7 +386,7 @@ class HandoffResolve(APIView):
     @extend_schema(request=ResolveIn, responses=HandoffOut)
     def post(self, request: Request, handoff_id: int) -> Response:
         _reviewer(request)
-        data = _valid(ResolveIn, request.data)
+        data = validated(ResolveIn, request.data)
         h = m.Handoff.objects.filter(pk=handoff_id).first()
         if h is None:
             raise NotFound("no such handoff")

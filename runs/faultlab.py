@@ -25,11 +25,10 @@ from django.utils import timezone
 
 from memory.models import PreferenceRecord
 from runs import models as m
-from runs import services
 from runs.corpus import demo_corpus_dir, document_load
 from runs.domain.machine import TERMINAL, Status
 from runs.faults import CRASH_ENV
-from runs.scenarios import Scenario, parse_scenario
+from runs.scenarios import Scenario, create_run, parse_scenario
 from runs.sweeper import sweep
 
 QUEUE = "faultlab"
@@ -251,16 +250,7 @@ def _scenario(path: str) -> Scenario:
 
 def run_experiment(experiment: Experiment, *, queue: str = QUEUE) -> dict[str, Any]:
     scenario = _scenario(experiment.scenario)
-    state = services.run_create(
-        subject=scenario.subject,
-        goal=scenario.goal,
-        budgets=scenario.budgets,
-        grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
-        planner={"kind": "fixture", "outputs": scenario.planner},
-        faults=scenario.faults.model_dump() if scenario.faults else None,
-        enqueue=True,
-        queue=queue,
-    )
+    state = create_run(scenario, enqueue=True, queue=queue)
     run = _wait(state.run_id, queue)
     failures = experiment.check(run) if run is not None else ["run did not settle in time"]
     run = m.Run.objects.get(pk=state.run_id)

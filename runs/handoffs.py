@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentconsole import wiring
+from agentconsole.roles import actor_name, user_or_none
 from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
@@ -41,29 +42,19 @@ class HandoffError(DomainError):
     http_status = 409
 
 
-def _who(user: Any) -> str:
-    if isinstance(user, str):
-        return user[:128]
-    return user.get_username()[:128] if user is not None else "system"
-
-
-def _user(user: Any) -> Any:
-    return user if getattr(user, "pk", None) else None
-
-
 def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
     """open → claimed by ``by``; a second claim is a conflict (compare-and-set on status)."""
     store = wiring.store()
     with transaction.atomic():
         n = m.Handoff.objects.filter(pk=handoff_id, status="open").update(
-            status="claimed", assignee=_user(by), claimed_at=timezone.now()
+            status="claimed", assignee=user_or_none(by), claimed_at=timezone.now()
         )
         if n != 1:
             if not m.Handoff.objects.filter(pk=handoff_id).exists():
                 raise NotFound("no such handoff", handoff_id=handoff_id)
             raise HandoffError("handoff is not open", code="HANDOFF_NOT_OPEN")
         handoff = m.Handoff.objects.get(pk=handoff_id)
-        _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=_who(by))
+        _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=actor_name(by))
         transaction.on_commit(ring_console)
     return handoff
 
@@ -103,13 +94,13 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
     if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
         if row is None:
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
-        new_status, outcome = _effect_action(action, row, store, by=_who(by), reason=reason)
+        new_status, outcome = _effect_action(action, row, store, by=actor_name(by), reason=reason)
         result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
     with transaction.atomic():
         if new_status is not None:
             n = m.LedgerEntry.objects.filter(pk=row.pk, status=row.status).update(
                 status=new_status,
-                verification={"by": _who(by), "reason": reason[:256], **result},
+                verification={"by": actor_name(by), "reason": reason[:256], **result},
                 finished_at=timezone.now(),
             )
             if n != 1:
@@ -117,9 +108,9 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
         state = store.load(handoff.run_id)
         if action in ("cancel", "fail") and state.status not in TERMINAL:
             commit = (
-                steps.request_cancel(state, by=_who(by), reason=reason, active_tool=False)
+                steps.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
-                else steps.fail(state, "FAILED_BY_REVIEWER", by=_who(by))
+                else steps.fail(state, "FAILED_BY_REVIEWER", by=actor_name(by))
             )
             store.apply(commit)
         _record(
@@ -128,7 +119,7 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
             ev.HANDOFF_RESOLVED,
             handoff=handoff.pk,
             action=action,
-            by=_who(by),
+            by=actor_name(by),
             reason=reason[:256],
             ledger_status=new_status,
         )

@@ -104,14 +104,11 @@ def parse_scenario(text: str | bytes) -> Scenario:
         raise ScenarioError("; ".join(problems[:10]), problems=problems) from None
 
 
-def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
-    """Create the run, advance it in-process, apply ``human`` actions whenever it waits."""
-    if scenario.faults and scenario.faults.crash_worker_at:
-        # A crash is a real SIGKILL of the process that runs the tool: never this one.
-        raise ScenarioError(
-            "crash_worker_at needs a worker process: use faultlab", code="SCENARIO_NEEDS_WORKER"
-        )
-    state = services.run_create(
+def create_run(
+    scenario: Scenario, *, owner: Any = None, enqueue: bool = False, queue: str | None = None
+) -> Any:
+    """The run a scenario describes: grants and confirmations bound to its new id."""
+    return services.run_create(
         subject=scenario.subject,
         goal=scenario.goal,
         budgets=scenario.budgets,
@@ -120,7 +117,19 @@ def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
         planner={"kind": "fixture", "outputs": scenario.planner},
         owner=owner,
         faults=scenario.faults.model_dump() if scenario.faults else None,
+        enqueue=enqueue,
+        queue=queue,
     )
+
+
+def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
+    """Create the run, advance it in-process, apply ``human`` actions whenever it waits."""
+    if scenario.faults and scenario.faults.crash_worker_at:
+        # A crash is a real SIGKILL of the process that runs the tool: never this one.
+        raise ScenarioError(
+            "crash_worker_at needs a worker process: use faultlab", code="SCENARIO_NEEDS_WORKER"
+        )
+    state = create_run(scenario, owner=owner)
     human = list(scenario.human)
     while True:
         state = services.run_advance(run_id=state.run_id) or services.run_state(run_id=state.run_id)

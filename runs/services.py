@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from agentconsole import wiring
+from agentconsole.roles import actor_name, user_or_none
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, LeaseLost, NotFound
@@ -185,11 +186,11 @@ def confirmation_decide(
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
         raise ConfirmationNotPending("the run is not waiting for this confirmation")
     commit = steps.decide_confirmation(
-        state, confirmation_id=row.pk, approved=approved, by=_who(by)
+        state, confirmation_id=row.pk, approved=approved, by=actor_name(by)
     )
     with transaction.atomic():
         try:
-            state = store.apply(commit, decided_by=by if getattr(by, "pk", None) else None)
+            state = store.apply(commit, decided_by=user_or_none(by))
         except DomainError as exc:
             raise ConfirmationNotPending("decided concurrently") from exc
         if enqueue:
@@ -205,7 +206,7 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool =
         if state.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.CANCELLING):
             return state
         commit = steps.request_cancel(
-            state, by=_who(by), reason=reason, active_tool=store.active_tool(run_id)
+            state, by=actor_name(by), reason=reason, active_tool=store.active_tool(run_id)
         )
         try:
             with transaction.atomic():
@@ -216,11 +217,3 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool =
         except DomainError:
             continue  # the run moved while we decided; decide again on the fresh state
     raise DomainError("run is too busy to cancel; try again", code="RUN_BUSY")
-
-
-def _who(user: Any) -> str:
-    if user is None:
-        return "system"
-    if isinstance(user, str):
-        return user[:128]
-    return getattr(user, "get_username", lambda: "unknown")()[:128]
