@@ -198,3 +198,60 @@ def _scrub(value: Any, secrets: list[str]) -> Any:
 def redact_fields(arguments: Mapping[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     hidden = set(fields)
     return {k: (MASK if k in hidden else v) for k, v in arguments.items()}
+
+
+class ValueEraser:
+    """Replaces given values wherever they stand in text or JSON (issue 9 item 11: a user's
+    erased preference values, in the records of their runs).
+
+    1. A value of 4 characters or more is replaced wherever it occurs inside a string
+       (case-sensitive, exact): "answer in Klingon please" loses "Klingon". A shorter value
+       ("en", "fr") only where it stands as a word of its own, or "en" would be cut out of
+       "token" and "when".
+    2. Each occurrence becomes ``[erased:hmac-sha256:<16 hex>]``, keyed with ``key``. The caller
+       passes a fresh random key per erasure and keeps it nowhere: the same value gets the same
+       tag within one erasure (a reader sees where it stood), and nobody can test guesses
+       against a tag afterwards, which a plain sha256 of "Klingon" would allow.
+    3. Existing tags (``[erased:…]``, ``[secret:…]``) are left as they are; dict keys are
+       structure, not data, and are kept.
+    """
+
+    _MIN_SUBSTRING = 4
+
+    def __init__(self, values: Iterable[str], *, key: bytes) -> None:
+        self._key = key
+        wanted = sorted({v for v in values if isinstance(v, str) and v}, key=len, reverse=True)
+        parts = [r"\[(?:erased|secret):[^\]\s]{1,80}\]"]
+        for v in wanted:
+            if len(v) >= self._MIN_SUBSTRING:
+                parts.append(re.escape(v))
+            else:
+                parts.append(rf"(?<![A-Za-z0-9]){re.escape(v)}(?![A-Za-z0-9])")
+        self._pattern = re.compile("|".join(parts)) if wanted else None
+        self.replaced = 0
+
+    def tag(self, value: str) -> str:
+        digest = hmac.new(self._key, value.encode("utf-8"), hashlib.sha256).hexdigest()
+        return f"[erased:hmac-sha256:{digest[:16]}]"
+
+    def _replace(self, match: re.Match[str]) -> str:
+        found = match.group(0)
+        if _tagged(found):
+            return found
+        self.replaced += 1
+        return self.tag(found)
+
+    def erase(self, value: Any) -> Any:
+        """``value`` with every occurrence replaced; the same object when nothing matched."""
+        if self._pattern is None:
+            return value
+        if isinstance(value, str):
+            out = self._pattern.sub(self._replace, value)
+            return value if out == value else out
+        if isinstance(value, list):
+            items = [self.erase(v) for v in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        if isinstance(value, dict):
+            out_d = {k: self.erase(v) for k, v in value.items()}
+            return value if all(out_d[k] is value[k] for k in value) else out_d
+        return value

@@ -37,6 +37,8 @@ FINAL_REJECTED = "final.rejected"
 STATE_TRANSITIONED = "state.transitioned"
 RUN_CANCEL_REQUESTED = "run.cancel-requested"
 RUN_STOPPED = "run.stopped"
+# A user's erase replaced their values in this run's records (issue 9 item 11).
+RUN_VALUES_ERASED = "run.values-erased"
 
 ALL_EVENTS = tuple(
     value for name, value in sorted(globals().items()) if name.isupper() and isinstance(value, str)
