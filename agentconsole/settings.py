@@ -32,7 +32,10 @@ def _env_list(name: str, default: str = "") -> list[str]:
 
 def _env_json_list(name: str) -> list[str]:
     raw = os.environ.get(name, "").strip()
-    value = json.loads(raw) if raw else []
+    try:
+        value = json.loads(raw) if raw else []
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"{name} must be a JSON list of strings: {exc}") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RuntimeError(f"{name} must be a JSON list of strings")
     return value

@@ -39,6 +39,8 @@ _SECRET_WORD = (
     r"authorization|private[_-]?key)"
 )
 _SECRET_KEY = re.compile(rf"[\w.-]*?{_SECRET_WORD}", re.IGNORECASE)
+# One linear pass that rules the key=value search out for most text (it tries every word).
+_SECRET_HINT = re.compile(_SECRET_WORD, re.IGNORECASE)
 
 # The system stores sha256 hex digests everywhere (proposal hashes, idempotency tokens): a
 # 64-hex value under a key such as ``idempotency_token`` is a hash we made, not a secret.
@@ -106,7 +108,8 @@ class SecretScanner:
     def redact_text(self, text: str) -> str:
         """``text`` with every secret replaced by its tag; the same object if nothing matched."""
         out = self._shapes.sub(self._replace_shape, text)
-        out = _KEY_VALUE.sub(self._replace_pair, out)
+        if _SECRET_HINT.search(out):
+            out = _KEY_VALUE.sub(self._replace_pair, out)
         return text if out == text else out
 
     def _replace_shape(self, match: re.Match[str]) -> str:

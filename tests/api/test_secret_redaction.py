@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
 from agentconsole.asgi import application
@@ -46,7 +47,7 @@ def _start(owner: Any, outputs: list[dict[str, Any]], **extra: Any) -> str:
     state = services.run_create(
         subject=owner.get_username(),
         owner=owner,
-        goal=f"Find the retry policy; {WITH_SECRETS}",
+        goal=extra.pop("goal", f"Find the retry policy; {WITH_SECRETS}"),
         budgets=RunBudgets(
             max_steps=extra.pop("max_steps", 6),
             max_tool_calls=4,
@@ -187,3 +188,12 @@ def test_the_admin_shows_no_field_the_trace_redacts(people: kit.People) -> None:
         html = response.content.decode()
         assert private not in html, page
         assert "run-output/d.txt" in html or page.endswith(f"{run_id}/change/"), page
+
+
+def test_deployment_patterns_extend_the_scanner(settings: Any, people: kit.People) -> None:
+    """issue 9 item 12: AGENTCONSOLE_SECRET_PATTERNS adds shapes; a bad one stops start-up."""
+    settings.AGENTCONSOLE_SECRET_PATTERNS = [r"ACME-[0-9]{6}"]
+    run_id = _start(people.alice.user, [], goal="ticket ACME-123456 is mine")
+    assert "ACME-123456" not in m.Run.objects.get(pk=run_id).goal
+    with pytest.raises(ImproperlyConfigured, match="AGENTCONSOLE_SECRET_PATTERNS"):
+        settings.AGENTCONSOLE_SECRET_PATTERNS = ["(unclosed"]
