@@ -20,3 +20,35 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+
+def masked_arguments(tool_name: Any, tool_version: Any, arguments: Any) -> Any:
+    """A proposal's arguments as the trace would show them: the fields the tool's contract names
+    as redacted are masked (the ledger keeps them because the tool needs them, the admin does
+    not). An unregistered tool's arguments are masked whole: nobody said which are safe."""
+    from agentconsole.wiring import registry
+    from policy.domain.redaction import MASK, redact_fields
+
+    if not isinstance(arguments, dict):
+        return arguments
+    registered = registry().get(str(tool_name), str(tool_version))
+    if registered is None:
+        return dict.fromkeys(arguments, MASK)
+    return redact_fields(arguments, registered.contract.redacted_fields)
+
+
+def masked_proposal(proposal: Any) -> Any:
+    if not isinstance(proposal, dict) or "arguments" not in proposal:
+        return proposal
+    return {
+        **proposal,
+        "arguments": masked_arguments(
+            proposal.get("tool_name"), proposal.get("tool_version"), proposal["arguments"]
+        ),
+    }
+
+
+def pretty(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

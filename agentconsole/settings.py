@@ -9,6 +9,7 @@ any code change.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import tempfile
@@ -27,6 +28,17 @@ def _env_bool(name: str, default: str) -> bool:
 
 def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _env_json_list(name: str) -> list[str]:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = json.loads(raw) if raw else []
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"{name} must be a JSON list of strings: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RuntimeError(f"{name} must be a JSON list of strings")
+    return value
 
 
 def _dev_secret_key() -> str:
@@ -248,6 +260,11 @@ AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
 AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
+
+# Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
+# built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of
+# strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
+AGENTCONSOLE_SECRET_PATTERNS: list[str] = _env_json_list("AGENTCONSOLE_SECRET_PATTERNS")
 
 # --- Logging ----------------------------------------------------------------------------------
 

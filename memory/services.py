@@ -304,10 +304,19 @@ def preferences_export(*, subject: str, by: Any) -> dict[str, Any]:
 
 
 def preferences_erase(*, subject: str, by: Any) -> int:
-    """Erase every record of the subject. History keeps an audit entry per key, without values."""
+    """Erase every record of the subject, and every copy of its values in the subject's runs
+    (issue 9 item 11). History keeps an audit entry per key, without values.
+
+    One transaction: the records, the history values, the edits in flight and the run copies go
+    together or not at all. "The values" are every version the subject ever stored (current,
+    historical, revoked) and the values of their edits in flight (pending, applied, conflicting).
+    """
+    from runs.erasure import run_values_erase
+
     check_owner(subject=subject, by=by)
     with transaction.atomic():
         records = list(PreferenceRecord.objects.select_for_update().filter(subject=subject))
+        values = _values_of(subject, records)
         PreferenceHistory.objects.filter(subject=subject).update(value=None)
         for r in records:
             PreferenceHistory.objects.create(
@@ -321,7 +330,24 @@ def preferences_erase(*, subject: str, by: Any) -> int:
         PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
         # Edits in flight hold values too: they go with the records.
         PreferenceChange.objects.filter(subject=subject).delete()
+        run_values_erase(subject=subject, values=values, by=by.get_username())
     return len(records)
+
+
+def _values_of(subject: str, records: list[PreferenceRecord]) -> set[str]:
+    values = {r.value for r in records}
+    values |= set(
+        PreferenceHistory.objects.filter(subject=subject, value__isnull=False).values_list(
+            "value", flat=True
+        )
+    )
+    for proposed, result in PreferenceChange.objects.filter(subject=subject).values_list(
+        "proposed_value", "result"
+    ):
+        values.add(proposed)
+        if isinstance(result, dict):
+            values |= {result.get("current_value"), result.get("proposed_value")}
+    return {v for v in values if isinstance(v, str) and v}
 
 
 def preferences_purge_expired(*, now: Any = None) -> int:

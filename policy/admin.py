@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from agentconsole.admin_base import ReadOnlyAdmin
+from agentconsole.admin_base import ReadOnlyAdmin, masked_proposal, pretty
 from policy import models as m
 
 
@@ -13,3 +13,10 @@ class GrantAdmin(ReadOnlyAdmin):
 class ConfirmationAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool_name", "status", "proposal_hash", "requested_at", "decided_by")
     list_filter = ("status",)
+    # The fields a tool contract marks as redacted are masked, as in the trace (issue 9 item 12).
+    exclude = ("proposal",)
+    readonly_fields = ("proposal_shown",)
+
+    @admin.display(description="proposal")
+    def proposal_shown(self, obj: m.Confirmation) -> str:
+        return pretty(masked_proposal(obj.proposal))

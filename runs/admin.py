@@ -1,7 +1,13 @@
+from typing import Any
+
 from django.contrib import admin
 
-from agentconsole.admin_base import ReadOnlyAdmin
+from agentconsole.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
 from runs import models as m
+
+# Every page shows stored content only (secrets were redacted before storage) and never a field
+# a tool contract marks as redacted (the trace never shows those): raw proposal arguments are
+# excluded and shown masked instead (issue 9 item 12).
 
 
 @admin.register(m.Run)
@@ -9,6 +15,19 @@ class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "subject", "status", "step", "tool_calls", "stop_reason", "created_at")
     list_filter = ("status",)
     search_fields = ("id", "subject")
+    exclude = ("pending_proposal", "planner")
+    readonly_fields = ("pending_proposal_shown", "planner_shown")
+
+    @admin.display(description="pending proposal")
+    def pending_proposal_shown(self, obj: m.Run) -> str:
+        return pretty(masked_proposal(obj.pending_proposal))
+
+    @admin.display(description="planner")
+    def planner_shown(self, obj: m.Run) -> str:
+        planner: Any = obj.planner
+        if isinstance(planner, dict) and isinstance(planner.get("outputs"), list):
+            planner = {**planner, "outputs": [masked_proposal(o) for o in planner["outputs"]]}
+        return pretty(planner)
 
 
 @admin.register(m.TraceEvent)
@@ -28,6 +47,12 @@ class ObservationAdmin(ReadOnlyAdmin):
 class LedgerEntryAdmin(ReadOnlyAdmin):
     list_display = ("run", "tool_name", "tool_version", "status", "attempt", "idempotency_token")
     list_filter = ("status", "tool_name")
+    exclude = ("arguments",)
+    readonly_fields = ("arguments_shown",)
+
+    @admin.display(description="arguments")
+    def arguments_shown(self, obj: m.LedgerEntry) -> str:
+        return pretty(masked_arguments(obj.tool_name, obj.tool_version, obj.arguments))
 
 
 @admin.register(m.Artifact)

@@ -20,6 +20,7 @@ from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.proposals import OutcomeStatus
+from policy.domain.redaction import redact_secrets
 from runs import models as m
 from runs.domain import step as steps
 from runs.domain import trace as ev
@@ -76,6 +77,8 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
         raise HandoffError(f"unknown action {action!r}", code="HANDOFF_ACTION_UNKNOWN")
     if not reason.strip():
         raise HandoffError("a reason is required", code="HANDOFF_REASON_REQUIRED")
+    # The reason is stored in the ledger row and the trace: no secret a reviewer pasted.
+    reason = redact_secrets(reason)
     handoff = m.Handoff.objects.filter(pk=handoff_id).first()
     if handoff is None:
         raise NotFound("no such handoff", handoff_id=handoff_id)

@@ -19,6 +19,7 @@ from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, LeaseLost, NotFound
 from policy.domain.grants import CapabilityGrant
+from policy.domain.redaction import redact_secrets
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
@@ -60,6 +61,11 @@ def run_create(
     Grants come from the caller (an operator, a scenario file), never from a planner output.
     Scenario confirmations are bound to the hash of the proposal they name.
     """
+    # Secrets in the goal, the planner configuration (a fixture planner's scripted outputs) and
+    # scenario confirmations are replaced before anything is stored (issue 9 item 12); the
+    # confirmations are hashed as redacted, so they match the redacted planner output.
+    goal, planner = redact_secrets(goal), redact_secrets(planner)
+    confirmations = [{**c, "proposal": redact_secrets(c["proposal"])} for c in confirmations]
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     state = RunState(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from policy.domain.redaction import redact_secrets
 from runs.domain.state import RunState
 
 # What a reviewer may do, by reason. Every action is a command into the state machine.
@@ -50,7 +51,8 @@ def build_handoff_bundle(
     """The seed's fields: run id, state + version, goal, last trusted observations, pending
     proposal, required capability/confirmation, unknown effects and their reconciliation
     status, recommended safe actions, forbidden automatic actions."""
-    return {
+    # Redacted as a whole: the bundle is shown to reviewers and stored (issue 9 item 12).
+    bundle = {
         "run_id": state.run_id,
         "status": state.status.value,
         "version": state.version,
@@ -65,3 +67,4 @@ def build_handoff_bundle(
         "recommended_safe_actions": _SAFE_ACTIONS.get(reason, _DEFAULT_SAFE),
         "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS,
     }
+    return redact_secrets(bundle)

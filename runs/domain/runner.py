@@ -131,6 +131,9 @@ class Runner:
                 conflicts += 1
                 if conflicts > MAX_CONFLICT_RETRIES:
                     raise
+                # The planner configuration is reloaded too: a user's erase (issue 9 item 11)
+                # may have rewritten it, and a cached copy would write the erased values back.
+                planners.clear()
                 continue
             if commit.command is not None:
                 self._execute(applied, commit.command)

@@ -35,6 +35,7 @@ from policy.domain.proposals import (
     Verification,
     parse_planner_output,
 )
+from policy.domain.redaction import redact_secrets
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev
 from runs.domain.final import final_violation
@@ -137,6 +138,9 @@ class _Builder:
         citable: bool = False,
         observation_id: str | None = None,
     ) -> Observation:
+        # Every observation passes here: secrets are replaced before the content is hashed,
+        # stored, put in working memory or shown to a planner (issue 9 item 12).
+        content = redact_secrets(content)
         digest = hashing.content_hash(content)
         seen = digest in self._hashes or (
             self.lookups is not None and self.lookups.seen_content(digest)
@@ -260,6 +264,10 @@ def decide(
         raw_output = state.pending_proposal
         b.s.pending_proposal = None
     else:
+        # Planner output is redacted before it is parsed, hashed or stored: a secret in an
+        # argument reaches the tool as its tag. A tool that needs a secret gets it from
+        # settings.AGENTCONSOLE_TOOL_SECRETS through its context, never from the planner.
+        raw_output = redact_secrets(raw_output)
         b.s.step += 1
         b.s.planner_cursor += 1
         kind = raw_output.get("kind") if isinstance(raw_output, dict) else None
@@ -515,6 +523,13 @@ def settle(
     becomes citable evidence (seed §18: post-condition before business state moves on).
     """
     b = _Builder(state, lookups)
+    # A tool's output is untrusted text: secrets in it are replaced before the ledger, the
+    # trace hashes and the observation see it.
+    outcome = _redacted_outcome(outcome)
+    if verification is not None:
+        verification = verification.model_copy(
+            update={"details": redact_secrets(verification.details)}
+        )
     pid = command.proposal_id
     token = command.idempotency_token
     out_size = len(hashing.canonical(outcome.value).encode("utf-8")) if outcome.value else 0
@@ -595,6 +610,14 @@ def settle(
         return _settled(b, command)
     _continue_or_cancel(b, pid)
     return _settled(b, command)
+
+
+def _redacted_outcome(outcome: ToolOutcome) -> ToolOutcome:
+    value = redact_secrets(outcome.value)
+    message = redact_secrets(outcome.message)
+    if value is outcome.value and message is outcome.message:
+        return outcome
+    return outcome.model_copy(update={"value": value, "message": message})
 
 
 def _settled(b: _Builder, command: ExecutableCommand) -> Commit:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from policy.domain.redaction import redact_secrets
+
 RUN_CREATED = "run.created"
 RUN_STARTED = "run.started"
 PLANNER_OUTPUT = "planner.output"
@@ -35,6 +37,8 @@ FINAL_REJECTED = "final.rejected"
 STATE_TRANSITIONED = "state.transitioned"
 RUN_CANCEL_REQUESTED = "run.cancel-requested"
 RUN_STOPPED = "run.stopped"
+# A user's erase replaced their values in this run's records (issue 9 item 11).
+RUN_VALUES_ERASED = "run.values-erased"
 
 ALL_EVENTS = tuple(
     value for name, value in sorted(globals().items()) if name.isupper() and isinstance(value, str)
@@ -53,8 +57,24 @@ class TraceDraft:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Every event passes here before it is stored or sent: the one place the trace is
+        # redacted of secrets (a cancel reason, a logged argument, a reviewer's note).
+        redacted = redact_secrets(self.details)
+        if redacted is not self.details:
+            redacted = {k: _fit(v) for k, v in redacted.items()}
+            object.__setattr__(self, "details", redacted)
         for key, value in self.details.items():
             _check_detail(key, value)
+
+
+def _fit(value: Any) -> Any:
+    # A tag can be longer than the secret it replaced; cut after redacting, never before (a cut
+    # secret might no longer look like one).
+    if isinstance(value, str):
+        return value[:MAX_DETAIL_STRING]
+    if isinstance(value, list | tuple):
+        return [_fit(v) for v in value]
+    return value
 
 
 def _check_detail(key: str, value: Any) -> None:

@@ -1,0 +1,171 @@
+"""The secret scanner (issue 9 item 12): each shape it knows, the text it must leave alone, and
+its two properties — idempotent, and a string without a match is never changed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policy.domain.canonical import content_hash, proposal_hash
+from policy.domain.redaction import SecretScanner
+
+KEY = b"test-key"
+SCANNER = SecretScanner(key=KEY)
+TAG = re.compile(r"\[secret:hmac-sha256:[0-9a-f]{12}\]")
+
+OPENAI = "sk-live-abc123def456ghi789jkl"
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x\nq9Z+abc/def==\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+# (text, the secret that must be gone, what must stay)
+SECRETS = [
+    (f"use {OPENAI} now", OPENAI, "use  now"),
+    ("key sk-abcdefghij0123456789", "sk-abcdefghij0123456789", "key "),
+    ("sk-proj-Abc_def-0123456789xyz", "sk-proj-Abc_def-0123456789xyz", ""),
+    ("aws AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE", "aws  here"),
+    ("ghp_" + "a1B2" * 9, "ghp_" + "a1B2" * 9, ""),
+    ("github_pat_11ABCDEFG0123456789_abcdefXYZ", "github_pat_11ABCDEFG0123456789_abcdefXYZ", ""),
+    ("slack xoxb-123456789012-abcdefABCDEF", "xoxb-123456789012-abcdefABCDEF", "slack "),
+    ("xoxp-1234-5678-abcdefgh", "xoxp-1234-5678-abcdefgh", ""),
+    ("Authorization: Bearer abc123DEF456ghi789", "abc123DEF456ghi789", "Authorization: Bearer "),
+    (f"key:\n{PEM}\nend", "MIIEowIBAAKCAQEA7x", "key:\n"),
+    ("-----BEGIN PRIVATE KEY-----\nMIIEvQ truncated", "MIIEvQ", "key"[:0]),
+    (f"token {JWT}", JWT, "token "),
+    ("password=hunter2", "hunter2", "password="),
+    ("login with passwd: s3cr3t!x please", "s3cr3t!x", "login with passwd: "),
+    ('{"password": "hunter2"}', "hunter2", '{"password": "'),
+    ("client_secret='abc def'", "abc def", "client_secret='"),
+    ("API_KEY=abcdef123", "abcdef123", "API_KEY="),
+    ("apikey: zzz999", "zzz999", "apikey: "),
+    ("access_key=AAAAbbbb", "AAAAbbbb", "access_key="),
+    ("x-api-key: k-123", "k-123", "x-api-key: "),
+    ("authorization=Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", "authorization="),
+    ("private_key=MIIBOgIBAAJB", "MIIBOgIBAAJB", "private_key="),
+    ("db_password=hunter2&user=bob", "hunter2", "&user=bob"),
+    ("SECRET: abracadabra", "abracadabra", "SECRET: "),
+]
+
+
+@pytest.mark.parametrize(("text", "secret", "kept"), SECRETS, ids=[s[1][:24] for s in SECRETS])
+def test_each_shape_is_replaced_by_a_keyed_tag(text: str, secret: str, kept: str) -> None:
+    """issue 9 item 12: the secret is gone, a tag with a hash stands in its place."""
+    out = SCANNER.redact_text(text)
+    assert secret not in out
+    assert TAG.search(out), out
+    assert kept in TAG.sub("", out)
+
+
+# Text the system and its users write every day: none of it is a secret.
+NOT_SECRETS = [
+    "Please review our password policy before Friday.",
+    "The token bucket refills at 5 tokens per second.",
+    "max_tokens=512 and token_count: 40",
+    "task-force risk-assessment desk-top",
+    "Bearer authentication is described in RFC 6750.",
+    "the secret to good soup is salt",
+    "sk-short",
+    "AKIA lowercase akiaiosfodnn7example",
+    "eyJ alone is not a JWT",
+    "proposal_hash=" + "ab" * 32,
+    "idempotency_token: " + hashlib.sha256(b"x").hexdigest(),
+    '{"idempotency_token": "' + hashlib.sha256(b"y").hexdigest() + '"}',
+    hashlib.sha256(b"a proposal").hexdigest(),
+    "answer in Klingon please",
+    "run_0123456789abcdef0123456789abcdef:c3",
+    "password=",
+    "[secret:hmac-sha256:0123456789ab] is already a tag",
+    'password: "[secret:hmac-sha256:0123456789ab]"',
+    "token=[secret:hmac-sha256:0123456789ab]",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_ordinary_text_and_our_own_hashes_are_left_alone(text: str) -> None:
+    """issue 9 item 12: the system stores sha256 hashes everywhere; they are not secrets."""
+    assert SCANNER.redact_text(text) is text
+
+
+def test_json_values_under_secret_like_keys_are_replaced_whole_hashes_kept() -> None:
+    h = proposal_hash("search_public", "1", {"query": "q"})
+    value = {
+        "password": "hunter2",
+        "nested": [{"api_key": "abc"}, {"query": f"call with {OPENAI}"}],
+        "idempotency_token": h,
+        "max_tokens": 5,
+        "tokens": "many",
+        "content_hash": content_hash({"a": 1}),
+        "secret_names": ["API_KEY"],
+    }
+    out = SCANNER.redact(value)
+    assert TAG.fullmatch(out["password"])
+    assert TAG.fullmatch(out["nested"][0]["api_key"])
+    assert OPENAI not in out["nested"][1]["query"]
+    assert out["idempotency_token"] == h
+    assert out["content_hash"] == value["content_hash"]
+    assert (out["max_tokens"], out["tokens"], out["secret_names"]) == (5, "many", ["API_KEY"])
+
+
+def test_the_tag_is_keyed_stable_and_not_a_bare_sha256() -> None:
+    a, b = SCANNER.redact_text("password=hunter2"), SCANNER.redact_text("password=hunter2")
+    assert a == b  # one secret, one tag: a reader sees where the same secret stood
+    bare = hashlib.sha256(b"hunter2").hexdigest()[:12]
+    assert bare not in a  # a dictionary of passwords cannot reverse it without the key
+    assert SecretScanner(key=b"other").redact_text("password=hunter2") != a
+
+
+def test_extra_patterns_extend_the_scanner() -> None:
+    scanner = SecretScanner([r"ACME-[0-9]{6}"], key=KEY)
+    assert "ACME-123456" not in scanner.redact_text("ticket ACME-123456 opened")
+    assert SCANNER.redact_text("ticket ACME-123456 opened") == "ticket ACME-123456 opened"
+    with pytest.raises(ValueError, match="empty"):
+        SecretScanner([r"x*"])
+
+
+def test_unchanged_containers_are_the_same_objects() -> None:
+    value = {"a": ["b", {"c": "d"}], "n": 1}
+    assert SCANNER.redact(value) is value
+
+
+_PIECES = ["password", "token", "sk-", "sk-live-", "AKIA", "Bearer ", "ghp_", "xoxb-", "eyJ"]
+_PIECES += ["[secret:hmac-sha256:", "-----BEGIN RSA PRIVATE KEY-----", "api_key", "0123456789"]
+_alphabet = st.sampled_from([*"abcXYZ019 _-=:'\"\n.[]/+", *_PIECES])
+texts = st.lists(_alphabet, max_size=40).map("".join)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_redaction_is_idempotent_on_text(text: str) -> None:
+    once = SCANNER.redact_text(text)
+    assert SCANNER.redact_text(once) == once
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_redaction_is_idempotent_on_json(value: object) -> None:
+    once = SCANNER.redact(value)
+    assert SCANNER.redact(once) == once
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=60) | texts)
+def test_a_string_is_changed_only_where_a_secret_was_found(text: str) -> None:
+    out = SCANNER.redact_text(text)
+    if out == text:
+        assert out is text  # nothing matched: the very same string back
+    else:
+        # Every change is a tag standing where a secret was; text around it is kept.
+        assert TAG.search(out)
+        for part in TAG.split(out):
+            assert part in text
