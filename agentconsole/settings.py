@@ -70,6 +70,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    # The project package: system checks only (agentconsole/checks.py), no models.
+    "agentconsole.apps.AgentconsoleConfig",
     "policy",
     "runs",
     "memory",
@@ -244,6 +246,11 @@ AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
 AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
     os.environ.get("AGENTCONSOLE_RUN_OUTPUT_ROOT", str(VAR_DIR / "run-output"))
 )
+
+# Demo accounts on `make run` (load_demo --auto; development only, never with DEBUG off):
+# "auto" loads them on a fresh database (no user yet), "1" on every start (creating missing demo
+# users; an existing user's password is never reset), "0" never.
+AGENTCONSOLE_DEMO = os.environ.get("AGENTCONSOLE_DEMO", "auto").strip().lower()
 
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
