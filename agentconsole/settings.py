@@ -55,6 +55,23 @@ if not DEBUG and not os.environ.get("SECRET_KEY"):
     raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
 SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+# Full origins (scheme://host[:port]) other than the request's own that may POST with a session
+# cookie and open a websocket on it (agentconsole/ws_auth.py), e.g. https://console.example.com.
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto`` -> ("HTTP_X_FORWARDED_PROTO", "https"). Set it only behind a proxy
+    that terminates TLS and always sets (overwrites) that header: a client could send it too."""
+    name = value.strip()
+    if not name:
+        return None
+    return "HTTP_" + name.upper().replace("-", "_"), "https"
+
+
+# A request that carries this header with the value "https" is treated as secure (is_secure(),
+# the CSRF origin check, the websocket origin check).
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 
 INSTALLED_APPS = [
     # daphne first: it replaces `runserver` with an ASGI server that also speaks websockets.
