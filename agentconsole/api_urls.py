@@ -2,11 +2,13 @@
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import parsers
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 
-from agentconsole.api import StrictSerializer
+from agentconsole.api import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
 from runs import apis as runs_api
 
@@ -17,6 +19,17 @@ class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):
 
 class StrictObtainAuthToken(ObtainAuthToken):
     serializer_class = StrictTokenSerializer
+    # DRF's view lists its own parsers, the plain JSONParser among them: 100,000 nested brackets
+    # were a RecursionError (500). The API's guarded parser here too; forms as DRF ships them.
+    parser_classes = (LimitedJSONParser, parsers.FormParser, parsers.MultiPartParser)
+
+
+# Exempt: a POST to no route is a 404, not Django's CSRF page (it reads and changes nothing).
+@csrf_exempt
+def _not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    return JsonResponse(
+        {"code": "NOT_FOUND", "message": "no such API route", "extra": {}}, status=404
+    )
 
 
 urlpatterns = [
@@ -79,11 +92,5 @@ urlpatterns = [
         name="api-pref-revoke",
     ),
     # Anything else under /api/ answers in the API's error shape, not Django's HTML page.
-    re_path(r"^.*$", lambda request, *a, **k: _not_found(request), name="api-not-found"),
+    re_path(r"^.*$", _not_found, name="api-not-found"),
 ]
-
-
-def _not_found(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(
-        {"code": "NOT_FOUND", "message": "no such API route", "extra": {}}, status=404
-    )

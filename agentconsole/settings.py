@@ -95,6 +95,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: sees every answer; under /api/ an error is always the JSON shape.
+    "agentconsole.errors.ApiErrorMiddleware",
     "agentconsole.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -173,6 +175,11 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # 1 MiB
+
+# Errors outside DRF views: JSON under /api/, a short page elsewhere, never a traceback or the
+# settings (also with DEBUG=1: the traceback goes to the log). agentconsole/errors.py.
+CSRF_FAILURE_VIEW = "agentconsole.errors.csrf_failure"
+DEFAULT_EXCEPTION_REPORTER = "agentconsole.errors.QuietExceptionReporter"
 
 # --- HTTP API ---------------------------------------------------------------------------------
 

@@ -19,5 +19,11 @@ urlpatterns = [
     path("api/", include("agentconsole.api_urls")),
     path("healthz", healthz, name="healthz"),
 ]
+# Errors outside DRF views (agentconsole/errors.py): JSON under /api/, a short page elsewhere.
+handler400 = "agentconsole.errors.bad_request"
+handler403 = "agentconsole.errors.permission_denied"
+handler404 = "agentconsole.errors.page_not_found"
+handler500 = "agentconsole.errors.server_error"
+
 # daphne does not serve static files; in DEBUG let Django do it (empty list otherwise).
 urlpatterns += staticfiles_urlpatterns()
