@@ -257,6 +257,40 @@ CELERY_BEAT_SCHEDULE = {
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
 }
 
+# --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/auth.py) ---------------
+# A block of its own, apart from REST_FRAMEWORK above, so that other changes there merge cleanly.
+
+# Failed sign-ins allowed per account and per client address in a sliding window; then 429.
+AGENTCONSOLE_LOGIN_WINDOW_S = float(os.environ.get("AGENTCONSOLE_LOGIN_WINDOW_S", "900"))
+AGENTCONSOLE_LOGIN_FAILURES_PER_ACCOUNT = int(
+    os.environ.get("AGENTCONSOLE_LOGIN_FAILURES_PER_ACCOUNT", "5")
+)
+AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS = int(
+    os.environ.get("AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS", "20")
+)
+# Behind a reverse proxy every client has the proxy's address: name the header the proxy sets
+# (e.g. X-Forwarded-For; its last entry is used). Unset: REMOTE_ADDR.
+AGENTCONSOLE_CLIENT_IP_HEADER = os.environ.get("AGENTCONSOLE_CLIENT_IP_HEADER", "").strip()
+# API tokens expire this long after they were created (7 days).
+AGENTCONSOLE_TOKEN_TTL_S = float(os.environ.get("AGENTCONSOLE_TOKEN_TTL_S", str(7 * 24 * 3600)))
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
+    "agentconsole.auth.ExpiringTokenAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]
+# The throttle's counts must be shared by every web process: Redis when REDIS_URL is set;
+# otherwise memory of the one process (the embedded mode runs one daphne process).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "agentconsole",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 # --- agentconsole -----------------------------------------------------------------------------
 
 # How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).

@@ -32,12 +32,10 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 
 @database_sync_to_async
 def _user_for_token(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
+    """The same rule as the API: an expired token is refused (and deleted)."""
+    from agentconsole.auth import user_for_token
 
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
-        return AnonymousUser()
-    return token.user
+    return user_for_token(key) or AnonymousUser()
 
 
 def _is_secure(scope: dict[str, Any]) -> bool:
