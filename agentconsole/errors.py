@@ -26,10 +26,13 @@ API_PREFIX = "/api/"
 # status -> (code, message) for an error no view described.
 _DEFAULTS: dict[int, tuple[str, str]] = {
     400: ("MALFORMED_REQUEST", "Bad request."),
+    401: ("NOT_AUTHENTICATED", "Authentication credentials were not provided."),
     403: ("PERMISSION_DENIED", "You do not have permission to perform this action."),
     404: ("NOT_FOUND", "No such resource."),
     405: ("METHOD_NOT_ALLOWED", "Method not allowed."),
+    406: ("NOT_ACCEPTABLE", "No acceptable representation."),
     413: ("REQUEST_TOO_LARGE", "Request body too large."),
+    415: ("UNSUPPORTED_MEDIA_TYPE", "Unsupported media type."),
     429: ("THROTTLED", "Too many requests."),
     500: ("INTERNAL_ERROR", "Internal server error."),
 }
@@ -44,9 +47,8 @@ def is_api(request: HttpRequest) -> bool:
 def error_response(
     request: HttpRequest, status: int, code: str | None = None, message: str | None = None
 ) -> HttpResponse:
-    default_code, default_message = _DEFAULTS.get(
-        status, (_DEFAULTS[500] if status >= 500 else _DEFAULTS[400])
-    )
+    fallback = _DEFAULTS[500] if status >= 500 else ("CLIENT_ERROR", "The request was refused.")
+    default_code, default_message = _DEFAULTS.get(status, fallback)
     code, message = code or default_code, message or default_message
     if is_api(request):
         response: HttpResponse = JsonResponse(

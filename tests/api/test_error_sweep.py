@@ -186,3 +186,27 @@ def test_a_post_to_an_unknown_api_path_is_not_found_json(people: kit.People) -> 
     client.force_login(people.alice.user)
     response = client.post("/api/no-such-route/", data=b"{}", content_type="application/json")
     kit.assert_error(response, 404, kit.NOT_FOUND)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(400, "MALFORMED_REQUEST"), (401, "NOT_AUTHENTICATED"), (405, "METHOD_NOT_ALLOWED"),
+     (418, "CLIENT_ERROR"), (429, "THROTTLED"), (502, "INTERNAL_ERROR")],
+)  # fmt: skip
+def test_a_non_json_error_under_api_becomes_the_json_shape(status: int, code: str) -> None:
+    """The middleware's net: whatever rendered a non-JSON error under /api/, the client gets the
+    shape, with the status and the headers that say what to do next."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from agentconsole.errors import ApiErrorMiddleware
+
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("<h1>no</h1>", status=status, headers={"Retry-After": "7"})
+
+    response = ApiErrorMiddleware(view)(RequestFactory().get("/api/anything/"))
+    body = kit.assert_error(response, status, code)
+    assert body["message"]
+    assert response["Retry-After"] == "7"
+    page = ApiErrorMiddleware(view)(RequestFactory().get("/admin/"))
+    assert page.content == b"<h1>no</h1>"  # outside /api/ the view's own page stays
