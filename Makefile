@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 migrate: venv
 	$(MANAGE) migrate --noinput
 
-# load_demo does not exist yet: run it only if `help` knows it, but let a real failure of it stop us.
+# The demo accounts (admin/admin, ...) only on a development setup: with DEBUG on, on a fresh
+# database (no user yet), or on every start with AGENTCONSOLE_DEMO=1 (never: AGENTCONSOLE_DEMO=0).
+# With DEBUG off nothing is loaded and scripts/run.sh refuses to start while a demo password works.
 run: venv migrate
-	if $(MANAGE) help load_demo >/dev/null 2>&1; then $(MANAGE) load_demo; fi
+	$(MANAGE) load_demo --auto
 	exec scripts/run.sh
 
 test: venv

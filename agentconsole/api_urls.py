@@ -2,11 +2,18 @@
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import exceptions, parsers, status
+from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.request import Request
+from rest_framework.response import Response
 
-from agentconsole.api import StrictSerializer
+from agentconsole import auth
+from agentconsole.api import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
 from runs import apis as runs_api
 
@@ -17,6 +24,48 @@ class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):
 
 class StrictObtainAuthToken(ObtainAuthToken):
     serializer_class = StrictTokenSerializer
+    # DRF's view lists its own parsers, the plain JSONParser among them: 100,000 nested brackets
+    # were a RecursionError (500). The API's guarded parser here too; forms as DRF ships them.
+    parser_classes = (LimitedJSONParser, parsers.FormParser, parsers.MultiPartParser)
+
+    def get_authenticators(self) -> list:
+        # Signing in needs no credentials: a stale or expired token header must not stop a
+        # client from getting a new token. DELETE (revoke) authenticates as every API view.
+        # (The schema generator builds the view without a request.)
+        if getattr(getattr(self, "request", None), "method", None) == "POST":
+            return []
+        return super().get_authenticators()
+
+    def post(self, request: Request, *args: object, **kwargs: object) -> Response:
+        """issue 9 item 8: refused while the account or the address is throttled (also with the
+        right password); failures are counted by the user_login_failed signal (agentconsole/
+        auth.py), a success clears the account's count."""
+        username = auth.username_of(request.data)
+        throttle = auth.login_throttle()
+        wait = throttle.wait(username, auth.client_address(request))
+        if wait:
+            raise auth.LoginThrottled(wait)
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = serializer.validated_data["user"]
+        throttle.succeeded(username)
+        return Response({"token": auth.token_for(user).key})
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request: Request, *args: object, **kwargs: object) -> Response:
+        """Revoke the caller's tokens (every one of them: a user has one token at a time)."""
+        if not request.user.is_authenticated:
+            raise exceptions.NotAuthenticated()
+        Token.objects.filter(user=request.user).delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# Exempt: a POST to no route is a 404, not Django's CSRF page (it reads and changes nothing).
+@csrf_exempt
+def _not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    return JsonResponse(
+        {"code": "NOT_FOUND", "message": "no such API route", "extra": {}}, status=404
+    )
 
 
 urlpatterns = [
@@ -79,11 +128,5 @@ urlpatterns = [
         name="api-pref-revoke",
     ),
     # Anything else under /api/ answers in the API's error shape, not Django's HTML page.
-    re_path(r"^.*$", lambda request, *a, **k: _not_found(request), name="api-not-found"),
+    re_path(r"^.*$", _not_found, name="api-not-found"),
 ]
-
-
-def _not_found(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(
-        {"code": "NOT_FOUND", "message": "no such API route", "extra": {}}, status=404
-    )

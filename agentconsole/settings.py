@@ -67,6 +67,23 @@ if not DEBUG and not os.environ.get("SECRET_KEY"):
     raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
 SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+# Full origins (scheme://host[:port]) other than the request's own that may POST with a session
+# cookie and open a websocket on it (agentconsole/ws_auth.py), e.g. https://console.example.com.
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto`` -> ("HTTP_X_FORWARDED_PROTO", "https"). Set it only behind a proxy
+    that terminates TLS and always sets (overwrites) that header: a client could send it too."""
+    name = value.strip()
+    if not name:
+        return None
+    return "HTTP_" + name.upper().replace("-", "_"), "https"
+
+
+# A request that carries this header with the value "https" is treated as secure (is_secure(),
+# the CSRF origin check, the websocket origin check).
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 
 INSTALLED_APPS = [
     # daphne first: it replaces `runserver` with an ASGI server that also speaks websockets.
@@ -82,12 +99,16 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    # The project package: system checks only (agentconsole/checks.py), no models.
+    "agentconsole.apps.AgentconsoleConfig",
     "policy",
     "runs",
     "memory",
 ]
 
 MIDDLEWARE = [
+    # Outermost: sees every answer; under /api/ an error is always the JSON shape.
+    "agentconsole.errors.ApiErrorMiddleware",
     "agentconsole.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -167,6 +188,11 @@ STATIC_ROOT = VAR_DIR / "static"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # 1 MiB
 
+# Errors outside DRF views: JSON under /api/, a short page elsewhere, never a traceback or the
+# settings (also with DEBUG=1: the traceback goes to the log). agentconsole/errors.py.
+CSRF_FAILURE_VIEW = "agentconsole.errors.csrf_failure"
+DEFAULT_EXCEPTION_REPORTER = "agentconsole.errors.QuietExceptionReporter"
+
 # --- HTTP API ---------------------------------------------------------------------------------
 
 REST_FRAMEWORK = {
@@ -243,6 +269,40 @@ CELERY_BEAT_SCHEDULE = {
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
 }
 
+# --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/auth.py) ---------------
+# A block of its own, apart from REST_FRAMEWORK above, so that other changes there merge cleanly.
+
+# Failed sign-ins allowed per account and per client address in a sliding window; then 429.
+AGENTCONSOLE_LOGIN_WINDOW_S = float(os.environ.get("AGENTCONSOLE_LOGIN_WINDOW_S", "900"))
+AGENTCONSOLE_LOGIN_FAILURES_PER_ACCOUNT = int(
+    os.environ.get("AGENTCONSOLE_LOGIN_FAILURES_PER_ACCOUNT", "5")
+)
+AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS = int(
+    os.environ.get("AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS", "20")
+)
+# Behind a reverse proxy every client has the proxy's address: name the header the proxy sets
+# (e.g. X-Forwarded-For; its last entry is used). Unset: REMOTE_ADDR.
+AGENTCONSOLE_CLIENT_IP_HEADER = os.environ.get("AGENTCONSOLE_CLIENT_IP_HEADER", "").strip()
+# API tokens expire this long after they were created (7 days).
+AGENTCONSOLE_TOKEN_TTL_S = float(os.environ.get("AGENTCONSOLE_TOKEN_TTL_S", str(7 * 24 * 3600)))
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
+    "agentconsole.auth.ExpiringTokenAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]
+# The throttle's counts must be shared by every web process: Redis when REDIS_URL is set;
+# otherwise memory of the one process (the embedded mode runs one daphne process).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "agentconsole",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 # --- agentconsole -----------------------------------------------------------------------------
 
 # How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).
@@ -256,6 +316,11 @@ AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
 AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
     os.environ.get("AGENTCONSOLE_RUN_OUTPUT_ROOT", str(VAR_DIR / "run-output"))
 )
+
+# Demo accounts on `make run` (load_demo --auto; development only, never with DEBUG off):
+# "auto" loads them on a fresh database (no user yet), "1" on every start (creating missing demo
+# users; an existing user's password is never reset), "0" never.
+AGENTCONSOLE_DEMO = os.environ.get("AGENTCONSOLE_DEMO", "auto").strip().lower()
 
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.

@@ -1,9 +1,12 @@
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 from django.views.generic import RedirectView
+
+from agentconsole import auth
+from agentconsole.errors import error_response
 
 
 @require_GET
@@ -12,12 +15,40 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """The admin's login page, refused with 429 while the account or the address is throttled
+    (issue 9 item 8; failures are counted by the user_login_failed signal)."""
+    if request.method == "POST":
+        wait = auth.login_throttle().wait(
+            auth.username_of(request.POST), auth.client_address(request)
+        )
+        if wait:
+            response = error_response(
+                request,
+                429,
+                "LOGIN_THROTTLED",
+                f"Too many failed sign-ins for this account or from this address. "
+                f"Try again in {wait} seconds.",
+            )
+            response["Retry-After"] = str(wait)
+            return response
+    return admin.site.login(request)
+
+
 urlpatterns = [
     # Until the operator console lands, the read-only admin is the browser view of runs.
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    # Before admin.site.urls: the same path, throttled.
+    path("admin/login/", admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
     path("api/", include("agentconsole.api_urls")),
     path("healthz", healthz, name="healthz"),
 ]
+# Errors outside DRF views (agentconsole/errors.py): JSON under /api/, a short page elsewhere.
+handler400 = "agentconsole.errors.bad_request"
+handler403 = "agentconsole.errors.permission_denied"
+handler404 = "agentconsole.errors.page_not_found"
+handler500 = "agentconsole.errors.server_error"
+
 # daphne does not serve static files; in DEBUG let Django do it (empty list otherwise).
 urlpatterns += staticfiles_urlpatterns()

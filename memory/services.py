@@ -191,9 +191,13 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
     A stale version is recorded as a conflict with the current and the proposed value.
     """
     change = PreferenceChange.objects.filter(pk=change_id).first()
+    try:
+        if change is not None:
+            check_owner(subject=change.subject, by=by)
+    except ScopeNotOwned:
+        change = None  # another subject's change is answered as a missing one: no disclosure
     if change is None:
         raise NotFound("no such change", change_id=change_id)
-    check_owner(subject=change.subject, by=by)
     if change.proposal_hash != shown_hash:
         mismatch = MemoryError(
             "the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH"

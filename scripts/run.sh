@@ -8,6 +8,17 @@ BIN=.venv/bin
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PORT="${PORT:-8000}"
 
+# Mirrors settings._env_bool("DEBUG", "1").
+debug=0
+case "$(printf '%s' "${DEBUG-1}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]')" in
+    1 | true | yes | on) debug=1 ;;
+esac
+if ((!debug)); then
+    # daphne and celery run no system checks: run the deployment checks here, and refuse to start
+    # on an error (e.g. agentconsole.E001: an account still has its public demo password).
+    "$BIN/python" manage.py check --deploy --fail-level ERROR
+fi
+
 pids=()
 cleanup() {
     trap - EXIT INT TERM
@@ -39,11 +50,11 @@ pids+=($!)
 
 echo
 echo "agentconsole: http://127.0.0.1:${PORT}/"
-if [[ -f var/demo-logins.txt ]]; then
+if ((debug)) && [[ -s var/demo-logins.txt ]]; then
     echo "demo logins:"
     sed 's/^/  /' var/demo-logins.txt
-else
-    echo "run \`python manage.py load_demo\` to create demo users"
+elif ((debug)); then
+    echo "no demo logins: \`python manage.py load_demo\` creates the demo users (development only)"
 fi
 echo
 

@@ -205,7 +205,8 @@ ROUTES = [
             f"/api/preferences/changes/{w.change.pk}/apply/",
             {"proposal_hash": w.change.proposal_hash},
         ),
-        ALICES_MEMORY,
+        # issue 9 item 14: a change is an object with an id; another subject's is NOT_FOUND.
+        row(ANON, OK, HIDDEN, HIDDEN, HIDDEN, OK),
     ),
     Route(
         "GET preference history ?subject=alice",

@@ -203,15 +203,16 @@ def test_another_user_gets_memory_scope_not_owned_and_sees_only_their_own(
         bob.get("/api/preferences/history/", {"subject": "alice"}),
         bob.get("/api/preferences/export/", {"subject": "alice"}),
         propose(bob, "answer_language", "fr", 1, subject="alice"),
-        bob.post(
-            f"/api/preferences/changes/{change.pk}/apply/",
-            {"proposal_hash": change.proposal_hash},
-        ),
         bob.post("/api/preferences/answer_language/revoke/?subject=alice", {"reason": "mine"}),
         bob.post("/api/preferences/erase/?subject=alice", {"confirm": True}),
     ]
     for response in calls:
         kit.assert_error(response, 403, kit.MEMORY_SCOPE_NOT_OWNED)
+    # A change is an object with an id: another subject's is NOT_FOUND (issue 9 item 14).
+    applied = bob.post(
+        f"/api/preferences/changes/{change.pk}/apply/", {"proposal_hash": change.proposal_hash}
+    )
+    kit.assert_error(applied, 404, kit.NOT_FOUND)
     # Nothing of alice's changed, and bob's own view is his own (empty) memory.
     assert values(people.alice) == {"answer_language": ("zh-CN", 1)}
     assert PreferenceChange.objects.get(pk=change.pk).status == "pending"

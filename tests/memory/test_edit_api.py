@@ -155,7 +155,8 @@ def test_another_users_memory_is_not_theirs_to_edit_but_an_admin_may(users):
 
     change = _propose(users["alice"], expected=0)
     before = memory_snapshot()
-    assert _code(lambda: _apply(change, users["bob"])) == "MEMORY_SCOPE_NOT_OWNED"
+    # Another subject's change is answered as a missing one (issue 9 item 14: no disclosure).
+    assert _code(lambda: _apply(change, users["bob"])) == "NOT_FOUND"
     assert memory_snapshot() == before
     change.refresh_from_db()
     assert change.status == "pending"

@@ -208,7 +208,7 @@ def test_session_cookie_needs_an_allowed_origin(personas):
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
 
     async def scenario():
-        ok = [(b"cookie", cookie), (b"origin", b"http://localhost")]
+        ok = [(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")]
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", ok)
         assert connected
         await comm.disconnect()

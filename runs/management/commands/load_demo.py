@@ -1,7 +1,14 @@
 """python manage.py load_demo — demo users, the demo corpus and the demo scenarios.
 
-Idempotent: users and documents are upserted; the demo scenarios run only when no run exists yet
-(``--force`` runs them again). Passwords are the user names: a demo, never a deployment.
+Development only (issue 9 item 7): it refuses to run with DEBUG off, and there is no flag to
+override that; a deployment creates its accounts with ``createsuperuser``. Missing demo users are
+created with their user name as password; an existing user is never changed (a changed password
+stays changed). Documents are upserted; the demo scenarios run only when no run exists yet
+(``--force`` runs them again).
+
+``--auto`` is what ``make run`` calls: it loads the demo only on a fresh database (no user yet),
+or on every start when AGENTCONSOLE_DEMO=1; AGENTCONSOLE_DEMO=0 never loads it; with DEBUG off it
+does nothing (and says so) instead of failing the start.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.corpus import demo_corpus_dir, document_load
 from runs.models import Run
@@ -38,28 +45,68 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--force", action="store_true", help="run the scenarios again")
+        parser.add_argument(
+            "--auto",
+            action="store_true",
+            help="as `make run`: only on a fresh development database, or when AGENTCONSOLE_DEMO=1",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user_model = get_user_model()
-        lines = []
-        for username, role, what in DEMO_USERS:
-            user, _ = user_model.objects.get_or_create(username=username)
-            user.set_password(username)
-            user.is_staff = user.is_superuser = role == "admin"
-            user.save()
-            user.groups.add(Group.objects.get_or_create(name=role)[0])
-            lines.append(f"{username}/{username}  ({role}: {what})")
-        (Path(settings.BASE_DIR) / "var" / "demo-logins.txt").write_text("\n".join(lines) + "\n")
+        if options["auto"]:
+            skip = _auto_skip_reason()
+            if skip:
+                self.stdout.write(f"demo not loaded: {skip}")
+                return
+        elif not settings.DEBUG:
+            raise CommandError(
+                "load_demo creates accounts with public passwords (admin/admin): it runs only "
+                "on a development setup (DEBUG=1). Create real accounts with createsuperuser."
+            )
+        lines = _demo_users()
+        logins = Path(settings.BASE_DIR) / "var" / "demo-logins.txt"
+        logins.parent.mkdir(parents=True, exist_ok=True)
+        logins.write_text("\n".join(lines) + "\n")
         for path in sorted(demo_corpus_dir().iterdir()):
             document_load(path=path, corpus="public")
         self.stdout.write(f"demo users: {len(lines)}; corpus loaded from {demo_corpus_dir()}")
         if Run.objects.exists() and not options["force"]:
             self.stdout.write("runs exist already; demo scenarios not run again (use --force)")
             return
-        owner = user_model.objects.get(username="alice")
+        owner = get_user_model().objects.get(username="alice")
         for name in DEMO_SCENARIOS:
             path = scenarios_dir() / name
             if not path.exists():
                 continue
             state = run_scenario(parse_scenario(path.read_bytes()), owner=owner)["state"]
             self.stdout.write(f"scenario {name}: {state['status']} ({state['stop_reason']})")
+
+
+def _auto_skip_reason() -> str:
+    """Why ``--auto`` loads nothing now ("" when it should load the demo)."""
+    wanted = settings.AGENTCONSOLE_DEMO
+    if not settings.DEBUG:
+        return "DEBUG is off (the demo is for development only)"
+    if wanted == "0":
+        return "AGENTCONSOLE_DEMO=0"
+    if wanted != "1" and get_user_model().objects.exists():
+        return "the database has users already (AGENTCONSOLE_DEMO=1 loads it anyway)"
+    return ""
+
+
+def _demo_users() -> list[str]:
+    """Create the demo users that do not exist; never touch one that does (its password, flags
+    and groups are its owner's). Returns the login lines for var/demo-logins.txt: only accounts
+    whose password is still the demo one."""
+    user_model = get_user_model()
+    lines = []
+    for username, role, what in DEMO_USERS:
+        user, created = user_model.objects.get_or_create(username=username)
+        if created:
+            user.set_password(username)
+            user.is_staff = user.is_superuser = role == "admin"
+            user.save()
+            user.groups.add(Group.objects.get_or_create(name=role)[0])
+        elif not user.check_password(username):
+            continue
+        lines.append(f"{username}/{username}  ({role}: {what})")
+    return lines

@@ -1,0 +1,23 @@
+"""The project package as an app: no models; the deployment's system checks and the sign-in
+signals (agentconsole/auth.py)."""
+
+from django.apps import AppConfig
+
+
+class AgentconsoleConfig(AppConfig):
+    name = "agentconsole"
+    verbose_name = "agentconsole"
+
+    def ready(self) -> None:
+        # Importing registers the checks (``@register``); see agentconsole/checks.py.
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.signals import user_logged_in, user_login_failed
+        from django.db.models.signals import pre_save
+
+        from agentconsole import auth, checks  # noqa: F401
+
+        user_login_failed.connect(auth.on_login_failed, dispatch_uid="agentconsole-login-failed")
+        user_logged_in.connect(auth.on_logged_in, dispatch_uid="agentconsole-logged-in")
+        pre_save.connect(
+            auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
+        )
