@@ -123,6 +123,9 @@ def evaluate(
         confirmations=confirmations,
         run_id=run.run_id,
         step=run.step,
+        hash_in=lambda scheme: hashing.proposal_hash(
+            proposal.tool_name, proposal.tool_version, proposal.arguments, scheme
+        ),
     )
     if confirmation.code is not None:
         return Reject("confirmation", confirmation.code, "the person declined", tuple(passed))

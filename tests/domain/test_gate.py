@@ -503,6 +503,29 @@ def test_approved_per_call_confirmation_executes_and_is_consumed(registry):
     assert decision.command.resource == "alice"
 
 
+def test_confirmation_stored_under_c1_is_checked_in_c1_never_across_schemes(kit, registry):
+    """issue 9 item 3: a row approved before c2 (hash_scheme "c1") still authorizes its own
+    proposal, compared with the proposal's c1 hash; a c1 hash labelled c2 matches nothing."""
+    contract = kit.kv_contract(confirmation=ConfirmationMode.PER_CALL)
+    reg = ToolRegistry([contract])
+    prop = proposal("kv_put", {"key": "a", "value": 1.0})
+    c1_hash = proposal_hash("kv_put", "1", {"key": "a", "value": 1.0}, "c1")
+    assert c1_hash != prop.hash()  # 1.0 is spelled differently in c1
+    old_row = confirmation(c1_hash).model_copy(update={"hash_scheme": "c1"})
+    decision = decide(reg, prop, confirmations=[old_row])
+    assert isinstance(decision, Execute), decision
+    mislabelled = confirmation(c1_hash)  # says c2, holds a c1 hash
+    assert isinstance(decide(reg, prop, confirmations=[mislabelled]), NeedsConfirmation)
+    unknown = confirmation(c1_hash).model_copy(update={"hash_scheme": "c9"})
+    assert isinstance(decide(reg, prop, confirmations=[unknown]), NeedsConfirmation)
+    per_run = kit.kv_contract(confirmation=ConfirmationMode.PER_RUN)
+    old_run_row = confirmation(per_run_confirmation_hash("kv_put", "1", "c1")).model_copy(
+        update={"hash_scheme": "c1"}
+    )
+    decision = decide(ToolRegistry([per_run]), prop, confirmations=[old_run_row])
+    assert isinstance(decision, Execute)
+
+
 def test_per_run_confirmation_is_reusable(kit):
     contract = kit.kv_contract(confirmation=ConfirmationMode.PER_RUN)
     registry = ToolRegistry([contract])
