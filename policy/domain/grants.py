@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policy.domain.canonical import json_equal
 from policy.domain.contracts import scope_covers
 
 
@@ -34,10 +35,11 @@ class Constraint(BaseModel):
     def allows(self, present: bool, value: Any) -> bool:
         if not present:
             return False
+        # JSON equality at every depth: {"admin": true} is not {"admin": 1} (Python == says it is).
         if "equals" in self.model_fields_set:
-            return value == self.equals and type(value) is type(self.equals)
+            return json_equal(value, self.equals)
         if self.one_of is not None:
-            return any(value == v and type(value) is type(v) for v in self.one_of)
+            return any(json_equal(value, v) for v in self.one_of)
         if self.prefix is not None:
             return isinstance(value, str) and value.startswith(self.prefix)
         if self.maximum is not None:

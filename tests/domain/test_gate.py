@@ -400,10 +400,18 @@ def test_one_fitting_grant_among_failing_ones_is_used(registry):
 CONSTRAINT_CASES = [
     # (constraint, allowed values, refused values)
     (Constraint(equals="ok"), ["ok"], ["OK", "ok ", 1, True]),
-    (Constraint(equals=1), [1], [True, 1.0, "1", 2]),
-    (Constraint(equals=True), [True], [1, "true", False]),
-    (Constraint(one_of=["zh", "en", 3]), ["zh", "en", 3], ["fr", True, 3.0, "3"]),
+    # 1 and 1.0 are one JSON number (RFC 8785, JSON Schema); true is never 1, at any depth.
+    (Constraint(equals=1), [1, 1.0], [True, 1.5, "1", 2, [1]]),
+    (Constraint(equals=True), [True], [1, "true", False, 1.0]),
+    (Constraint(one_of=["zh", "en", 3]), ["zh", "en", 3, 3.0], ["fr", True, "3"]),
     (Constraint(one_of=[1]), [1], [True]),
+    (Constraint(equals={"admin": 1}), [{"admin": 1}, {"admin": 1.0}], [{"admin": True}]),
+    (
+        Constraint(equals=[1, {"a": False}]),
+        [[1.0, {"a": False}]],
+        [[True, {"a": False}], [1, {"a": 0}], [{"a": False}, 1]],
+    ),
+    (Constraint(one_of=[[1], {"x": None}]), [[1], {"x": None}], [[True], {"x": False}, {}]),
     (Constraint(prefix="user/"), ["user/", "user/x"], ["use", "x/user/", 5, True]),
     (Constraint(maximum=10), [10, 0, -5, 9.5], [10.5, 11, True, "5", False]),
     (Constraint(maximum=1), [1, 0.5], [True, False]),

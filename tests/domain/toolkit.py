@@ -197,9 +197,11 @@ class Toolkit:
             input_schema=_object(
                 {
                     "key": {"type": "string", "minLength": 1, "maxLength": 64},
-                    # Booleans and integers both pass the schema on purpose: the grant
-                    # constraints (not the schema) must tell True from 1.
-                    "value": {"type": ["string", "integer", "number", "boolean"]},
+                    # Booleans and integers (also nested) pass the schema on purpose: the
+                    # grant constraints (not the schema) must tell True from 1.
+                    "value": {
+                        "type": ["string", "integer", "number", "boolean", "array", "object"]
+                    },
                 },
                 ["key", "value"],
             ),
