@@ -155,6 +155,24 @@ def json_equal(a: Any, b: Any) -> bool:
         return False
 
 
+def json_normal(value: Any) -> Any:
+    """The value as the tool should receive it: an integral float within the exact integer
+    range becomes an int (``2.0`` passes ``"type": "integer"``, and ``items[:2.0]`` fails), and
+    ``-0.0`` becomes ``0``. Its c2 text is unchanged. Returns ``value`` itself when nothing
+    needs to change, so the common case copies nothing."""
+    if isinstance(value, float):
+        if value.is_integer() and -_SAFE_INT <= value <= _SAFE_INT:
+            return int(value)
+        return value
+    if isinstance(value, list):
+        items = [json_normal(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    if isinstance(value, dict):
+        pairs = {k: json_normal(v) for k, v in value.items()}
+        return value if all(pairs[k] is v for k, v in value.items()) else pairs
+    return value
+
+
 def proposal_hash(
     tool_name: str, tool_version: str, arguments: Any, scheme: str = HASH_SCHEME
 ) -> str:

@@ -51,9 +51,28 @@ class CallFacts:
 
 
 class ResourceRule(Protocol):
+    """How a call's resource is derived. ``field`` names the argument that carries it (None when
+    the resource is not an argument, e.g. the run's subject): the gate hands the tool that
+    argument *replaced by the derived resource*, so grants, constraints and the tool all see the
+    same value (issue 9 item 1)."""
+
     kind: str
+    field: str | None
 
     def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str: ...
+
+
+def bind_resource(
+    rule: ResourceRule, arguments: dict[str, Any], facts: CallFacts
+) -> tuple[str, dict[str, Any]]:
+    """The resource and the arguments the tool will receive: the resource field set to the
+    derived (normalized, defaulted) value. The same dict comes back when nothing changed."""
+    resource = rule.derive(arguments, facts)
+    field = getattr(rule, "field", None)
+    current = arguments.get(field) if field is not None else None
+    if field is None or (isinstance(current, str) and current == resource):
+        return resource, arguments
+    return resource, {**arguments, field: resource}
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,7 @@ class SubjectResource:
     """The call acts on the run's own subject (e.g. that user's long-term memory)."""
 
     kind: str = "subject"
+    field: str | None = None
 
     def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str:
         return facts.subject

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation, check_confirmation
-from policy.domain.contracts import CallFacts, ResourceError
+from policy.domain.contracts import CallFacts, ResourceError, bind_resource
 from policy.domain.decisions import (
     Decision,
     Execute,
@@ -61,23 +61,52 @@ def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
     size = len(proposal.canonical_arguments().encode("utf-8"))
     if size > tool.contract.max_input_bytes:
         raise _Rejected(Reject("schema", "ARGUMENTS_TOO_LARGE", f"{size} bytes"))
-    return dict(proposal.arguments)
+    arguments = hashing.json_normal(proposal.arguments)
+    return dict(arguments) if arguments is proposal.arguments else arguments
 
 
-def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> str | None:
+def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> tuple[str | None, dict]:
+    """The resource, and the arguments the tool will receive (resource field normalized).
+
+    Everything after this layer (semantic checks, grant scope, constraints, the command) sees
+    these arguments only: a check on one value and a use of another is how
+    ``run-output/reports/../x`` passed a ``prefix: run-output/reports/`` constraint."""
     contract = tool.contract
     resource = None
     if contract.resource is not None:
         try:
-            resource = contract.resource.derive(arguments, facts)
+            resource, bound = bind_resource(contract.resource, arguments, facts)
         except ResourceError as exc:
             raise _Rejected(Reject("semantic", exc.code, exc.message)) from None
+        if bound is not arguments:
+            # A default filled in must still be input the contract accepts.
+            violation = tool.input_violation(bound)
+            if violation is not None:
+                raise _Rejected(Reject("semantic", violation.code, violation.message))
+            arguments = bound
     for check in contract.semantic_checks:
         failure = check(arguments, facts)
         if failure is not None:
             code, message = failure
             raise _Rejected(Reject("semantic", code, message))
-    return resource
+    return resource, arguments
+
+
+def _path_field(tool: RegisteredTool) -> str | None:
+    """The argument holding a normalized path, where a ``prefix`` constraint means segments."""
+    rule = tool.contract.resource
+    return getattr(rule, "field", None) if getattr(rule, "kind", None) == "path" else None
+
+
+def _arguments_hash(proposal: ActionProposal, arguments: dict) -> str:
+    """The hash (and so the token) of what the tool will run: the normalized arguments. Their
+    c2 text is the proposal's unless the semantic layer rewrote the resource field."""
+    text = proposal.canonical_arguments()
+    if len(arguments) != len(proposal.arguments) or any(
+        arguments.get(k) is not v for k, v in proposal.arguments.items()
+    ):
+        text = hashing.canonical(arguments)
+    return hashing.sha256_hex(text)
 
 
 def evaluate(
@@ -96,7 +125,7 @@ def evaluate(
         arguments = _schema(tool, proposal)
         passed.append("schema")
         facts = CallFacts(run_id=run.run_id, subject=run.subject, step=run.step)
-        resource = _semantic(tool, arguments, facts)
+        resource, arguments = _semantic(tool, arguments, facts)
         passed.append("semantic")
     except _Rejected as rejected:
         return _with_passed(rejected.decision, passed)
@@ -109,6 +138,7 @@ def evaluate(
         step=run.step,
         resource=resource,
         arguments=arguments,
+        path_field=_path_field(tool),
     )
     if not auth.ok:
         return Reject(
@@ -152,7 +182,7 @@ def evaluate(
         return Stop("budget", "DEADLINE_REACHED", "run deadline passed", tuple(passed))
     passed.append("budget")
 
-    args_hash = hashing.sha256_hex(proposal.canonical_arguments())
+    args_hash = _arguments_hash(proposal, arguments)
     token = hashing.idempotency_token(run.run_id, proposal.proposal_id, contract.version, args_hash)
     command = _issue(
         command_id=f"{run.run_id}:{proposal.proposal_id}",

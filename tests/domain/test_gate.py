@@ -131,13 +131,14 @@ def test_valid_search_executes_with_command(registry):
     assert isinstance(decision, Execute)
     cmd = decision.command
     assert cmd.tool_name == "search_public"
-    assert cmd.validated_arguments == {"query": "retry"}
+    # The corpus the grant's scope was checked on is the corpus the tool is told to search.
+    assert cmd.validated_arguments == {"query": "retry", "corpus": "public"}
     assert cmd.resource == "public"
     assert cmd.granted_capabilities == ("search:public",)
     assert cmd.grant_ids == ("g-search:public-run-1",)
     assert cmd.confirmation_id is None
     assert cmd.consume_confirmation is False
-    args_hash = arguments_hash({"query": "retry"})
+    args_hash = arguments_hash({"query": "retry", "corpus": "public"})
     assert cmd.arguments_hash == args_hash
     assert cmd.proposal_hash == proposal_hash("search_public", "1", {"query": "retry"})
     assert cmd.idempotency_token == idempotency_token(RUN_ID, "p1", "1", args_hash)

@@ -168,6 +168,7 @@ class Toolkit:
                 {
                     "query": {"type": "string", "minLength": 1, "maxLength": 200},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 5},
+                    "corpus": {"type": "string", "minLength": 1, "maxLength": 64},
                 },
                 ["query"],
             ),
