@@ -130,6 +130,42 @@ def scope_covers(scope: str, resource: str) -> bool:
     return resource == scope or resource.startswith(scope + "/")
 
 
+# Keywords whose subschemas describe (part of) an accepted value. ``not``, ``if`` and
+# ``contains`` are left out: an open object there admits nothing by itself.
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
+_SUBSCHEMA_ONE = ("additionalProperties", "items", "then", "else", "unevaluatedProperties")
+
+
+def _describes_object(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []
+    return "object" in kinds or "properties" in schema or "required" in schema
+
+
+def open_objects(schema: Any, at: str = "$") -> list[str]:
+    """Where ``schema`` describes an object but lets unknown keys through unchecked (SPEC §3:
+    unknown fields are rejected, at every depth). An object schema must set
+    ``additionalProperties`` to false or to a schema that is not trivially true (a map)."""
+    if not isinstance(schema, Mapping):
+        return []
+    found = []
+    extra = schema.get("additionalProperties", True)
+    if _describes_object(schema) and (extra is True or extra == {}):
+        found.append(at)
+    for key in _SUBSCHEMA_MAPS:
+        for name, sub in (schema.get(key) or {}).items():
+            found += open_objects(
+                sub, f"{at}.{key}.{name}" if key != "properties" else f"{at}.{name}"
+            )
+    for key in _SUBSCHEMA_LISTS:
+        for index, sub in enumerate(schema.get(key) or []):
+            found += open_objects(sub, f"{at}.{key}[{index}]")
+    for key in _SUBSCHEMA_ONE:
+        found += open_objects(schema.get(key), f"{at}.{key}" if key != "items" else f"{at}[]")
+    return found
+
+
 class CancelSignal:
     """Cooperative cancellation handed to a tool (the AbortSignal of seed §13)."""
 
@@ -231,6 +267,17 @@ class ToolContract:
         if self.input_schema.get("additionalProperties", True) is not False:
             # SPEC §3: unknown input fields are rejected; a contract may not opt out.
             raise RegistryError(f"{self.name}: input schema must set additionalProperties: false")
+        open_at = open_objects(self.input_schema)
+        if open_at:
+            raise RegistryError(
+                f"{self.name}: input schema accepts unknown fields at {', '.join(open_at)}: "
+                "every object schema must set additionalProperties (false, or a schema for "
+                "the values of a map)"
+            )
+        field_name = getattr(self.resource, "field", None)
+        if field_name is not None and field_name not in self.input_schema.get("properties", {}):
+            # The gate hands the tool this argument normalized; it must be one the tool accepts.
+            raise RegistryError(f"{self.name}: resource field {field_name!r} is not an input")
         overlap = set(self.logged_fields) & set(self.redacted_fields)
         if overlap:
             raise RegistryError(f"{self.name}: fields both logged and redacted: {sorted(overlap)}")

@@ -201,7 +201,11 @@ class Toolkit:
                     # Booleans and integers (also nested) pass the schema on purpose: the
                     # grant constraints (not the schema) must tell True from 1.
                     "value": {
-                        "type": ["string", "integer", "number", "boolean", "array", "object"]
+                        "type": ["string", "integer", "number", "boolean", "array", "object"],
+                        # An object value is a map of scalars (a schema must close objects).
+                        "additionalProperties": {
+                            "type": ["string", "integer", "number", "boolean", "null"]
+                        },
                     },
                 },
                 ["key", "value"],
