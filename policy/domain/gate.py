@@ -16,6 +16,7 @@ from policy.domain.confirmations import Confirmation, check_confirmation
 from policy.domain.contracts import CallFacts, ResourceError, bind_resource
 from policy.domain.decisions import (
     Decision,
+    ExecutableCommand,
     Execute,
     NeedsConfirmation,
     Reject,
@@ -209,3 +210,28 @@ def _with_passed(decision: Decision, passed: list[str]) -> Decision:
     if isinstance(decision, Reject):
         return Reject(decision.layer, decision.code, decision.message, tuple(passed))
     return decision
+
+
+def loop_fingerprint(proposal: ActionProposal, *, registry: ToolRegistry, facts: CallFacts) -> str:
+    """The loop guard's key: the proposal hash of the arguments *as the tool would receive
+    them*, so ``run-output/a``, ``run-output/./a`` and ``run-output//a`` (or a corpus left to its
+    default and the default spelled out) are one repeated proposal, not three new ones. When the
+    arguments cannot be bound (the gate will reject them) it is the proposal's own hash."""
+    tool = registry.get(proposal.tool_name, proposal.tool_version)
+    arguments = proposal.arguments
+    if tool is None or tool.contract.resource is None or not isinstance(arguments, dict):
+        return proposal.hash()
+    try:
+        _, bound = bind_resource(tool.contract.resource, arguments, facts)
+    except ResourceError:
+        return proposal.hash()
+    if bound is arguments:
+        return proposal.hash()
+    return hashing.proposal_hash(proposal.tool_name, proposal.tool_version, bound)
+
+
+def command_fingerprint(command: ExecutableCommand) -> str:
+    """``loop_fingerprint`` of the proposal this command was issued for (its arguments are the
+    bound ones; their c2 text is the same whether numbers were normalized or not)."""
+    text = hashing.canonical(command.validated_arguments)
+    return hashing.proposal_hash_from_canonical(command.tool_name, command.tool_version, text)
