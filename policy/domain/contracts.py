@@ -153,13 +153,16 @@ def open_objects(schema: Any, at: str = "$") -> list[str]:
     extra = schema.get("additionalProperties", True)
     if _describes_object(schema) and (extra is True or extra == {}):
         found.append(at)
+    # A malformed keyword (properties as a list) is skipped here: check_schema names it later.
     for key in _SUBSCHEMA_MAPS:
-        for name, sub in (schema.get(key) or {}).items():
+        subs = schema.get(key)
+        for name, sub in subs.items() if isinstance(subs, Mapping) else ():
             found += open_objects(
                 sub, f"{at}.{key}.{name}" if key != "properties" else f"{at}.{name}"
             )
     for key in _SUBSCHEMA_LISTS:
-        for index, sub in enumerate(schema.get(key) or []):
+        subs = schema.get(key)
+        for index, sub in enumerate(subs if isinstance(subs, list) else ()):
             found += open_objects(sub, f"{at}.{key}[{index}]")
     for key in _SUBSCHEMA_ONE:
         found += open_objects(schema.get(key), f"{at}.{key}" if key != "items" else f"{at}[]")

@@ -61,3 +61,7 @@ def open_object_in_array():
 
 def resource_field_not_an_input():
     return _contract(resource=PathResource(field="path"))
+
+
+def malformed_properties():
+    return _contract({**GOOD_INPUT, "properties": ["x"]})
