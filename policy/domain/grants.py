@@ -96,17 +96,30 @@ def _under(path: str, prefix: str) -> bool:
 
 
 def normalized_host(host: str) -> str | None:
-    """Lower-case, no trailing dot, IDNA (punycode) ASCII; None when it is no host name."""
-    if not host or any(ch in host for ch in "@/\\:?#[] ") or not host.isprintable():
+    """Lower-case, no trailing dot, IDNA (punycode) ASCII; None when it is no host name.
+
+    A non-ASCII label is accepted only when IDNA maps nothing in it (it is plain punycode of the
+    label): Python's codec is IDNA 2003, which maps ``faß`` to ``fass`` and full-width letters to
+    ASCII, where IDNA 2008 clients (browsers, ``requests``) reach a *different* host."""
+    if not host or any(ch in host for ch in "@/\\:?#[]% ") or not host.isprintable():
         return None
-    host = host.rstrip(".").lower()
-    if not host:
-        return None
-    try:
-        ascii_host = host.encode("idna").decode("ascii").lower()
-    except UnicodeError:
-        return None
-    return ascii_host or None
+    labels = host.rstrip(".").lower().split(".")
+    out = []
+    for label in labels:
+        if not label:
+            return None
+        if label.isascii():
+            out.append(label)
+            continue
+        try:
+            mapped = label.encode("idna").decode("ascii")
+            plain = "xn--" + label.encode("punycode").decode("ascii")
+        except UnicodeError:
+            return None
+        if mapped != plain:
+            return None
+        out.append(mapped)
+    return ".".join(out)
 
 
 def url_host(value: Any) -> str | None:

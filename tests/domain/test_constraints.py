@@ -244,7 +244,10 @@ def test_constraints_load_from_json_grant_config():
     [("https://a.example/", "a.example"), ("HTTPS://A.EXAMPLE./", "a.example"),
      ("https://b\u00fccher.example", "xn--bcher-kva.example"),
      ("https://a.example@b.example", None),
-     ("https://a.example\\@b.example", None), ("javascript://a.example", None), ("", None)],
+     ("https://a.example\\@b.example", None), ("javascript://a.example", None), ("", None),
+     # IDNA 2003 would map these onto ASCII hosts; IDNA 2008 clients reach other hosts.
+     ("https://fa\u00df.example", None), ("https://\uff27\uff2f\uff2f\uff24.example", None),
+     ("https://a..example", None), ("https://%61.example", None)],
 )  # fmt: skip
 def test_url_host_is_parsed_and_normalized(url, host):
     assert url_host(url) == host
