@@ -398,6 +398,7 @@ class OrmRunStore:
                 status=ConfirmationStatus(c.status),
                 expires_at_step=c.expires_at_step,
                 tool_name=c.tool_name or None,
+                hash_scheme=c.hash_scheme,
             )
             for c in rows
         ]

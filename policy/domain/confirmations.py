@@ -7,13 +7,13 @@ A confirmation is approved, unexpired, of this run, for this hash, and used at m
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policy.domain.canonical import per_run_confirmation_hash
+from policy.domain.canonical import HASH_SCHEME, SCHEMES, per_run_confirmation_hash
 from policy.domain.contracts import ConfirmationMode, ToolContract
 
 
@@ -34,6 +34,8 @@ class Confirmation(BaseModel):
     status: ConfirmationStatus
     expires_at_step: Annotated[int, Field(ge=0)]
     tool_name: str | None = None
+    # The scheme ``proposal_hash`` was computed with (a row stored before c2 says "c1").
+    hash_scheme: str = HASH_SCHEME
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,13 @@ class ConfirmationCheck:
     why: str = "USER_CONFIRMATION_REQUIRED"
 
 
-def required_hash(contract: ToolContract, proposal_hash: str) -> str | None:
+def required_hash(
+    contract: ToolContract, proposal_hash: str, scheme: str = HASH_SCHEME
+) -> str | None:
     if contract.confirmation is ConfirmationMode.NEVER:
         return None
     if contract.confirmation is ConfirmationMode.PER_RUN:
-        return per_run_confirmation_hash(contract.name, contract.version)
+        return per_run_confirmation_hash(contract.name, contract.version, scheme)
     return proposal_hash
 
 
@@ -64,7 +68,11 @@ def check_confirmation(
     confirmations: Iterable[Confirmation],
     run_id: str,
     step: int,
+    hash_in: Callable[[str], str] | None = None,
 ) -> ConfirmationCheck:
+    """``hash_in(scheme)`` gives this proposal's hash under an older scheme: a confirmation
+    stored before the current scheme is compared with the hash in *its* scheme, never with a
+    hash of another scheme (which could only ever differ). Without it such rows are skipped."""
     needed = required_hash(contract, proposal_hash)
     if needed is None:
         return ConfirmationCheck(ok=True)
@@ -73,7 +81,12 @@ def check_confirmation(
     for c in confirmations:
         if c.run_id != run_id:
             continue
-        if c.proposal_hash != needed:
+        target = needed
+        if c.hash_scheme != HASH_SCHEME:
+            if hash_in is None or c.hash_scheme not in SCHEMES:
+                continue
+            target = required_hash(contract, hash_in(c.hash_scheme), c.hash_scheme)
+        if c.proposal_hash != target:
             if c.status is ConfirmationStatus.APPROVED and c.tool_name == contract.name:
                 # Approved for other arguments: never transferable (seed §5.2).
                 why = "CONFIRMATION_FOR_OTHER_PROPOSAL"

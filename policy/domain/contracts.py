@@ -51,9 +51,28 @@ class CallFacts:
 
 
 class ResourceRule(Protocol):
+    """How a call's resource is derived. ``field`` names the argument that carries it (None when
+    the resource is not an argument, e.g. the run's subject): the gate hands the tool that
+    argument *replaced by the derived resource*, so grants, constraints and the tool all see the
+    same value (issue 9 item 1)."""
+
     kind: str
+    field: str | None
 
     def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str: ...
+
+
+def bind_resource(
+    rule: ResourceRule, arguments: dict[str, Any], facts: CallFacts
+) -> tuple[str, dict[str, Any]]:
+    """The resource and the arguments the tool will receive: the resource field set to the
+    derived (normalized, defaulted) value. The same dict comes back when nothing changed."""
+    resource = rule.derive(arguments, facts)
+    field = getattr(rule, "field", None)
+    current = arguments.get(field) if field is not None else None
+    if field is None or (isinstance(current, str) and current == resource):
+        return resource, arguments
+    return resource, {**arguments, field: resource}
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,7 @@ class SubjectResource:
     """The call acts on the run's own subject (e.g. that user's long-term memory)."""
 
     kind: str = "subject"
+    field: str | None = None
 
     def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str:
         return facts.subject
@@ -108,6 +128,45 @@ def scope_covers(scope: str, resource: str) -> bool:
         return True
     scope = scope.rstrip("/")
     return resource == scope or resource.startswith(scope + "/")
+
+
+# Keywords whose subschemas describe (part of) an accepted value. ``not``, ``if`` and
+# ``contains`` are left out: an open object there admits nothing by itself.
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
+_SUBSCHEMA_ONE = ("additionalProperties", "items", "then", "else", "unevaluatedProperties")
+
+
+def _describes_object(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []
+    return "object" in kinds or "properties" in schema or "required" in schema
+
+
+def open_objects(schema: Any, at: str = "$") -> list[str]:
+    """Where ``schema`` describes an object but lets unknown keys through unchecked (SPEC §3:
+    unknown fields are rejected, at every depth). An object schema must set
+    ``additionalProperties`` to false or to a schema that is not trivially true (a map)."""
+    if not isinstance(schema, Mapping):
+        return []
+    found = []
+    extra = schema.get("additionalProperties", True)
+    if _describes_object(schema) and (extra is True or extra == {}):
+        found.append(at)
+    # A malformed keyword (properties as a list) is skipped here: check_schema names it later.
+    for key in _SUBSCHEMA_MAPS:
+        subs = schema.get(key)
+        for name, sub in subs.items() if isinstance(subs, Mapping) else ():
+            found += open_objects(
+                sub, f"{at}.{key}.{name}" if key != "properties" else f"{at}.{name}"
+            )
+    for key in _SUBSCHEMA_LISTS:
+        subs = schema.get(key)
+        for index, sub in enumerate(subs if isinstance(subs, list) else ()):
+            found += open_objects(sub, f"{at}.{key}[{index}]")
+    for key in _SUBSCHEMA_ONE:
+        found += open_objects(schema.get(key), f"{at}.{key}" if key != "items" else f"{at}[]")
+    return found
 
 
 class CancelSignal:
@@ -211,6 +270,17 @@ class ToolContract:
         if self.input_schema.get("additionalProperties", True) is not False:
             # SPEC §3: unknown input fields are rejected; a contract may not opt out.
             raise RegistryError(f"{self.name}: input schema must set additionalProperties: false")
+        open_at = open_objects(self.input_schema)
+        if open_at:
+            raise RegistryError(
+                f"{self.name}: input schema accepts unknown fields at {', '.join(open_at)}: "
+                "every object schema must set additionalProperties (false, or a schema for "
+                "the values of a map)"
+            )
+        field_name = getattr(self.resource, "field", None)
+        if field_name is not None and field_name not in self.input_schema.get("properties", {}):
+            # The gate hands the tool this argument normalized; it must be one the tool accepts.
+            raise RegistryError(f"{self.name}: resource field {field_name!r} is not an input")
         overlap = set(self.logged_fields) & set(self.redacted_fields)
         if overlap:
             raise RegistryError(f"{self.name}: fields both logged and redacted: {sorted(overlap)}")

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation, check_confirmation
-from policy.domain.contracts import CallFacts, ResourceError
+from policy.domain.contracts import CallFacts, ResourceError, bind_resource
 from policy.domain.decisions import (
     Decision,
+    ExecutableCommand,
     Execute,
     NeedsConfirmation,
     Reject,
@@ -61,23 +62,52 @@ def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
     size = len(proposal.canonical_arguments().encode("utf-8"))
     if size > tool.contract.max_input_bytes:
         raise _Rejected(Reject("schema", "ARGUMENTS_TOO_LARGE", f"{size} bytes"))
-    return dict(proposal.arguments)
+    arguments = hashing.json_normal(proposal.arguments)
+    return dict(arguments) if arguments is proposal.arguments else arguments
 
 
-def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> str | None:
+def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> tuple[str | None, dict]:
+    """The resource, and the arguments the tool will receive (resource field normalized).
+
+    Everything after this layer (semantic checks, grant scope, constraints, the command) sees
+    these arguments only: a check on one value and a use of another is how
+    ``run-output/reports/../x`` passed a ``prefix: run-output/reports/`` constraint."""
     contract = tool.contract
     resource = None
     if contract.resource is not None:
         try:
-            resource = contract.resource.derive(arguments, facts)
+            resource, bound = bind_resource(contract.resource, arguments, facts)
         except ResourceError as exc:
             raise _Rejected(Reject("semantic", exc.code, exc.message)) from None
+        if bound is not arguments:
+            # A default filled in must still be input the contract accepts.
+            violation = tool.input_violation(bound)
+            if violation is not None:
+                raise _Rejected(Reject("semantic", violation.code, violation.message))
+            arguments = bound
     for check in contract.semantic_checks:
         failure = check(arguments, facts)
         if failure is not None:
             code, message = failure
             raise _Rejected(Reject("semantic", code, message))
-    return resource
+    return resource, arguments
+
+
+def _path_field(tool: RegisteredTool) -> str | None:
+    """The argument holding a normalized path, where a ``prefix`` constraint means segments."""
+    rule = tool.contract.resource
+    return getattr(rule, "field", None) if getattr(rule, "kind", None) == "path" else None
+
+
+def _arguments_hash(proposal: ActionProposal, arguments: dict) -> str:
+    """The hash (and so the token) of what the tool will run: the normalized arguments. Their
+    c2 text is the proposal's unless the semantic layer rewrote the resource field."""
+    text = proposal.canonical_arguments()
+    if len(arguments) != len(proposal.arguments) or any(
+        arguments.get(k) is not v for k, v in proposal.arguments.items()
+    ):
+        text = hashing.canonical(arguments)
+    return hashing.sha256_hex(text)
 
 
 def evaluate(
@@ -96,7 +126,7 @@ def evaluate(
         arguments = _schema(tool, proposal)
         passed.append("schema")
         facts = CallFacts(run_id=run.run_id, subject=run.subject, step=run.step)
-        resource = _semantic(tool, arguments, facts)
+        resource, arguments = _semantic(tool, arguments, facts)
         passed.append("semantic")
     except _Rejected as rejected:
         return _with_passed(rejected.decision, passed)
@@ -109,6 +139,7 @@ def evaluate(
         step=run.step,
         resource=resource,
         arguments=arguments,
+        path_field=_path_field(tool),
     )
     if not auth.ok:
         return Reject(
@@ -123,6 +154,9 @@ def evaluate(
         confirmations=confirmations,
         run_id=run.run_id,
         step=run.step,
+        hash_in=lambda scheme: hashing.proposal_hash(
+            proposal.tool_name, proposal.tool_version, proposal.arguments, scheme
+        ),
     )
     if confirmation.code is not None:
         return Reject("confirmation", confirmation.code, "the person declined", tuple(passed))
@@ -149,7 +183,7 @@ def evaluate(
         return Stop("budget", "DEADLINE_REACHED", "run deadline passed", tuple(passed))
     passed.append("budget")
 
-    args_hash = hashing.sha256_hex(proposal.canonical_arguments())
+    args_hash = _arguments_hash(proposal, arguments)
     token = hashing.idempotency_token(run.run_id, proposal.proposal_id, contract.version, args_hash)
     command = _issue(
         command_id=f"{run.run_id}:{proposal.proposal_id}",
@@ -176,3 +210,28 @@ def _with_passed(decision: Decision, passed: list[str]) -> Decision:
     if isinstance(decision, Reject):
         return Reject(decision.layer, decision.code, decision.message, tuple(passed))
     return decision
+
+
+def loop_fingerprint(proposal: ActionProposal, *, registry: ToolRegistry, facts: CallFacts) -> str:
+    """The loop guard's key: the proposal hash of the arguments *as the tool would receive
+    them*, so ``run-output/a``, ``run-output/./a`` and ``run-output//a`` (or a corpus left to its
+    default and the default spelled out) are one repeated proposal, not three new ones. When the
+    arguments cannot be bound (the gate will reject them) it is the proposal's own hash."""
+    tool = registry.get(proposal.tool_name, proposal.tool_version)
+    arguments = proposal.arguments
+    if tool is None or tool.contract.resource is None or not isinstance(arguments, dict):
+        return proposal.hash()
+    try:
+        _, bound = bind_resource(tool.contract.resource, arguments, facts)
+    except ResourceError:
+        return proposal.hash()
+    if bound is arguments:
+        return proposal.hash()
+    return hashing.proposal_hash(proposal.tool_name, proposal.tool_version, bound)
+
+
+def command_fingerprint(command: ExecutableCommand) -> str:
+    """``loop_fingerprint`` of the proposal this command was issued for (its arguments are the
+    bound ones; their c2 text is the same whether numbers were normalized or not)."""
+    text = hashing.canonical(command.validated_arguments)
+    return hashing.proposal_hash_from_canonical(command.tool_name, command.tool_version, text)

@@ -5,17 +5,35 @@ count and optional argument constraints. A capability named inside a proposal ha
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policy.domain.canonical import json_equal
 from policy.domain.contracts import scope_covers
+
+_KINDS = ("equals", "one_of", "prefix", "maximum", "absent_or", "subset_of", "url_host_in")
 
 
 class Constraint(BaseModel):
-    """Exactly one of equals / one_of / prefix / maximum, on one argument."""
+    """Exactly one kind, on one argument, checked on the value the tool will receive (the gate
+    hands ``authorize`` the arguments with the resource field already normalized).
+
+    * ``equals`` / ``one_of``: JSON equality (JSON type at every depth; ``1`` is ``1.0``).
+    * ``prefix``: a string prefix; on the contract's *path* field it matches whole segments of the
+      normalized path (``run-output/reports/`` covers ``run-output/reports`` and
+      ``run-output/reports/a``, never ``run-output/reports-old/a``).
+    * ``maximum``: a number (not a boolean) at most this.
+    * ``absent_or``: the argument is absent, or it satisfies the inner constraint.
+    * ``subset_of``: a JSON array whose every item is (JSON-equal to) one of these.
+    * ``url_host_in``: an http(s) URL whose parsed, normalized host is one of these; a URL with
+      userinfo, a backslash, whitespace or control characters is refused (parsers disagree on
+      where such a host ends).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -23,30 +41,100 @@ class Constraint(BaseModel):
     one_of: list[Any] | None = None
     prefix: str | None = None
     maximum: float | None = None
+    absent_or: Constraint | None = None
+    subset_of: list[Any] | None = None
+    url_host_in: list[str] | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Constraint:
-        given = [k for k in ("equals", "one_of", "prefix", "maximum") if k in self.model_fields_set]
+        given = [k for k in _KINDS if k in self.model_fields_set]
         if len(given) != 1:
-            raise ValueError("a constraint names exactly one of equals, one_of, prefix, maximum")
+            raise ValueError("a constraint names exactly one of " + ", ".join(_KINDS))
+        if self.url_host_in is not None:
+            hosts = [normalized_host(h) for h in self.url_host_in]
+            if None in hosts:
+                raise ValueError("url_host_in names a host that is not a valid host name")
         return self
 
-    def allows(self, present: bool, value: Any) -> bool:
+    def allows(self, present: bool, value: Any, *, path: bool = False) -> bool:
+        """``path``: the argument is the contract's (normalized) path field."""
+        if self.absent_or is not None:
+            return not present or self.absent_or.allows(True, value, path=path)
         if not present:
             return False
+        # JSON equality at every depth: {"admin": true} is not {"admin": 1} (Python == says it is).
         if "equals" in self.model_fields_set:
-            return value == self.equals and type(value) is type(self.equals)
+            return json_equal(value, self.equals)
         if self.one_of is not None:
-            return any(value == v and type(value) is type(v) for v in self.one_of)
+            return any(json_equal(value, v) for v in self.one_of)
         if self.prefix is not None:
-            return isinstance(value, str) and value.startswith(self.prefix)
+            if not isinstance(value, str):
+                return False
+            return _under(value, self.prefix) if path else value.startswith(self.prefix)
         if self.maximum is not None:
             return (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
                 and value <= self.maximum
             )
+        if self.subset_of is not None:
+            return isinstance(value, list) and all(
+                any(json_equal(item, allowed) for allowed in self.subset_of) for item in value
+            )
+        if self.url_host_in is not None:
+            host = url_host(value)
+            return host is not None and host in {normalized_host(h) for h in self.url_host_in}
         return False
+
+
+def _under(path: str, prefix: str) -> bool:
+    """Whole-segment prefix on a normalized path: the prefix directory itself or below it."""
+    base = posixpath.normpath(prefix) if prefix.strip("/") else ""
+    if not base or base == ".":
+        return False  # an empty prefix names no directory: refuse rather than allow all
+    return path == base or path.startswith(base + "/")
+
+
+def normalized_host(host: str) -> str | None:
+    """Lower-case, no trailing dot, IDNA (punycode) ASCII; None when it is no host name.
+
+    A non-ASCII label is accepted only when IDNA maps nothing in it (it is plain punycode of the
+    label): Python's codec is IDNA 2003, which maps ``faß`` to ``fass`` and full-width letters to
+    ASCII, where IDNA 2008 clients (browsers, ``requests``) reach a *different* host."""
+    if not host or any(ch in host for ch in "@/\\:?#[]% ") or not host.isprintable():
+        return None
+    labels = host.rstrip(".").lower().split(".")
+    out = []
+    for label in labels:
+        if not label:
+            return None
+        if label.isascii():
+            out.append(label)
+            continue
+        try:
+            mapped = label.encode("idna").decode("ascii")
+            plain = "xn--" + label.encode("punycode").decode("ascii")
+        except UnicodeError:
+            return None
+        if mapped != plain:
+            return None
+        out.append(mapped)
+    return ".".join(out)
+
+
+def url_host(value: Any) -> str | None:
+    """The normalized host of an http(s) URL, or None when ``value`` is not one we trust to
+    mean the same host to every parser (userinfo, backslash, whitespace, controls)."""
+    if not isinstance(value, str) or not value.isprintable() or any(ch in value for ch in " \\"):
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or "@" in parts.netloc or not parts.hostname:
+        return None
+    return normalized_host(parts.hostname)
 
 
 class CapabilityGrant(BaseModel):
@@ -81,7 +169,12 @@ _FAILURE_ORDER = (
 
 
 def _grant_failure(
-    grant: CapabilityGrant, *, step: int, resource: str | None, arguments: Mapping[str, Any]
+    grant: CapabilityGrant,
+    *,
+    step: int,
+    resource: str | None,
+    arguments: Mapping[str, Any],
+    path_field: str | None,
 ) -> str | None:
     if grant.expires_at_step < step:
         return "CAPABILITY_EXPIRED"
@@ -90,7 +183,8 @@ def _grant_failure(
     if resource is not None and not scope_covers(grant.resource_scope, resource):
         return "CAPABILITY_SCOPE_MISMATCH"
     for name, constraint in grant.constraints.items():
-        if not constraint.allows(name in arguments, arguments.get(name)):
+        present, value = name in arguments, arguments.get(name)
+        if not constraint.allows(present, value, path=name == path_field):
             return "CAPABILITY_CONSTRAINT_VIOLATED"
     return None
 
@@ -103,8 +197,12 @@ def authorize(
     step: int,
     resource: str | None,
     arguments: Mapping[str, Any],
+    path_field: str | None = None,
 ) -> AuthorizationResult:
-    """Every required capability needs one trusted grant of this run that fits this call."""
+    """Every required capability needs one trusted grant of this run that fits this call.
+
+    ``arguments`` are the ones the tool will receive (resource field normalized); ``path_field``
+    names the argument that holds the normalized path, where ``prefix`` means whole segments."""
     grants = [g for g in grants if g.run_id == run_id]
     used: list[str] = []
     for capability in required:
@@ -115,7 +213,9 @@ def authorize(
             )
         failures = []
         for grant in candidates:
-            failure = _grant_failure(grant, step=step, resource=resource, arguments=arguments)
+            failure = _grant_failure(
+                grant, step=step, resource=resource, arguments=arguments, path_field=path_field
+            )
             if failure is None:
                 used.append(grant.grant_id)
                 break

@@ -6,12 +6,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
-from policy.domain.schemas import compile_schema
+from policy.domain.schemas import compile_verdict, first_error, uses_pattern
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ _KEYWORD_CODES = {
 class RegisteredTool:
     """A contract plus its compiled validators (compiled once, reused by every decision)."""
 
-    __slots__ = ("_fast_input", "_input", "_output", "contract")
+    __slots__ = ("_both", "_input", "_output", "_verdict", "contract")
 
     def __init__(self, contract: ToolContract) -> None:
         try:
@@ -53,16 +54,28 @@ class RegisteredTool:
         self.contract = contract
         self._input = Draft202012Validator(contract.input_schema)
         self._output = Draft202012Validator(contract.output_schema)
-        # A compiled yes/no for the common case (valid input); None when the schema uses a
-        # keyword outside the compiled subset.
-        self._fast_input = compile_schema(contract.input_schema)
+        try:
+            self._verdict = compile_verdict(contract.input_schema)
+        except (ValueError, jsonschema_rs.ReferencingError) as exc:
+            # e.g. a pattern that is Python regex but not ECMA-262, as JSON Schema requires.
+            raise RegistryError(f"{contract.name}: invalid JSON Schema: {exc}") from exc
+        # ``pattern`` is where the two validators' regex dialects differ: ask both (schemas.py).
+        self._both = uses_pattern(contract.input_schema)
 
     def input_violation(self, arguments: Any) -> SchemaViolation | None:
         if not isinstance(arguments, dict):
             return SchemaViolation("INPUT_NOT_OBJECT", "arguments must be a JSON object", "")
-        if self._fast_input is not None and self._fast_input(arguments):
+        if self._verdict.is_valid(arguments) and (
+            not self._both or self._input.is_valid(arguments)
+        ):
             return None
-        return _first_violation(self._input, arguments)
+        violation = _first_violation(self._input, arguments)
+        if violation is None:
+            # Only jsonschema_rs refused: an ECMA-262 pattern that Python's ``re`` matches.
+            keyword, field = first_error(self._verdict, arguments) or ("pattern", "")
+            code = _KEYWORD_CODES.get(keyword, "SCHEMA_INVALID")
+            violation = SchemaViolation(code, f"input fails '{keyword}' at '{field or '$'}'", field)
+        return violation
 
     def output_violation(self, value: Any) -> SchemaViolation | None:
         return _first_violation(self._output, value)

@@ -1,130 +1,50 @@
-"""Compiled input validators: a fast yes/no for the JSON Schema subset tool contracts use.
+"""The input schema's yes/no, answered by a compiled Draft 2020-12 validator.
 
-``compile_schema`` turns a schema into a plain Python predicate when every keyword is in the
-subset below, and returns None otherwise (the caller then uses jsonschema for everything). The
-predicate only answers "valid?"; on "no", jsonschema (draft 2020-12) still produces the
-violation and its stable code, so the two can never disagree about *why*. A property test
-(tests/domain/test_compiled_schema.py) checks that they agree about *whether*.
+Every proposal is validated against its tool's input schema; python-jsonschema alone costs more
+than the rest of the gate together (measured with ``make bench``), so the verdict comes from
+``jsonschema_rs`` (a conforming Draft 2020-12 validator in Rust) and python-jsonschema is asked
+only *why* an input failed, for the stable violation code.
+
+The two agree on every keyword tool contracts use (a property test over generated schemas and
+values pins it, tests/domain/test_schema_equivalence.py) except one: ``pattern``. JSON Schema
+says ECMA-262 regular expressions, and jsonschema_rs follows it; python-jsonschema uses Python's
+``re``, which is looser (``$`` also matches before a final newline, ``\\d`` matches any Unicode
+digit). So for a schema with a ``pattern`` anywhere the input must satisfy *both*: the verdict
+is never looser than either validator.
+
+The hand-written predicate that used to live here compared ``enum``/``const`` with Python
+``==`` and accepted ``[true]`` for ``enum: [[1]]``: it is gone (issue 9 item 2).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-Predicate = Callable[[Any], bool]
-
-_SUPPORTED = {
-    "type", "properties", "required", "additionalProperties", "minLength", "maxLength",
-    "pattern", "enum", "const", "minimum", "maximum", "items", "minItems", "maxItems",
-    "description", "title", "default", "$schema",
-}  # fmt: skip
+import jsonschema_rs
 
 
-class _Unsupported(Exception):
-    pass
+def compile_verdict(schema: Mapping[str, Any]) -> jsonschema_rs.Validator:
+    """The compiled yes/no for ``schema``; raises ``ValueError`` if jsonschema_rs refuses it."""
+    return jsonschema_rs.Draft202012Validator(dict(schema))
 
 
-def _is_type(value: Any, name: str) -> bool:
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "null":
-        return value is None
-    if name == "integer":
-        # JSON Schema: 1.0 is an integer; True is not.
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if name == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    raise _Unsupported(name)
-
-
-def _compile(schema: Any) -> Predicate:
-    if schema is True or schema == {}:
-        return lambda value: True
-    if not isinstance(schema, Mapping) or set(schema) - _SUPPORTED:
-        raise _Unsupported(schema)
-    checks: list[Predicate] = []
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else list(kind)
-        for k in kinds:
-            _is_type(None, k)  # raises on an unknown type name
-        checks.append(lambda v, kinds=kinds: any(_is_type(v, k) for k in kinds))
-    if "enum" in schema:
-        allowed = list(schema["enum"])
-        checks.append(lambda v: any(v == a and type(v) is type(a) for a in allowed))
-    if "const" in schema:
-        const = schema["const"]
-        checks.append(lambda v: v == const and type(v) is type(const))
-    if "minLength" in schema or "maxLength" in schema or "pattern" in schema:
-        lo, hi = schema.get("minLength", 0), schema.get("maxLength")
-        rx = re.compile(schema["pattern"]) if "pattern" in schema else None
-
-        def text(v: Any) -> bool:
-            if not isinstance(v, str):
-                return True
-            if len(v) < lo or (hi is not None and len(v) > hi):
-                return False
-            return rx is None or rx.search(v) is not None
-
-        checks.append(text)
-    if "minimum" in schema or "maximum" in schema:
-        lo_n, hi_n = schema.get("minimum"), schema.get("maximum")
-
-        def number(v: Any) -> bool:
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                return True
-            return (lo_n is None or v >= lo_n) and (hi_n is None or v <= hi_n)
-
-        checks.append(number)
-    if "items" in schema or "minItems" in schema or "maxItems" in schema:
-        item = _compile(schema.get("items", True))
-        lo_i, hi_i = schema.get("minItems", 0), schema.get("maxItems")
-
-        def array(v: Any) -> bool:
-            if not isinstance(v, list):
-                return True
-            if len(v) < lo_i or (hi_i is not None and len(v) > hi_i):
-                return False
-            return all(item(x) for x in v)
-
-        checks.append(array)
-    if "properties" in schema or "required" in schema or "additionalProperties" in schema:
-        props = {k: _compile(s) for k, s in schema.get("properties", {}).items()}
-        required = list(schema.get("required", []))
-        extra = schema.get("additionalProperties", True)
-        if extra not in (True, False):
-            raise _Unsupported(extra)
-
-        def obj(v: Any) -> bool:
-            if not isinstance(v, dict):
-                return True
-            if any(r not in v for r in required):
-                return False
-            for key, value in v.items():
-                check = props.get(key)
-                if check is None:
-                    if extra is False:
-                        return False
-                elif not check(value):
-                    return False
+def uses_pattern(schema: Any) -> bool:
+    """Whether a regex keyword (``pattern``, ``patternProperties``) appears anywhere in the schema
+    (see the module doc); a property merely named "pattern" also counts, which only costs time."""
+    if isinstance(schema, Mapping):
+        if "pattern" in schema or "patternProperties" in schema:
             return True
+        return any(uses_pattern(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(uses_pattern(v) for v in schema)
+    return False
 
-        checks.append(obj)
-    return lambda v: all(c(v) for c in checks)
 
-
-def compile_schema(schema: Mapping[str, Any]) -> Predicate | None:
-    try:
-        return _compile(schema)
-    except (_Unsupported, re.error, TypeError):
-        return None
+def first_error(validator: jsonschema_rs.Validator, value: Any) -> tuple[str, str] | None:
+    """(keyword, instance path) of jsonschema_rs's first error, or None when it accepts."""
+    for error in validator.iter_errors(value):
+        name = type(error.kind).__name__
+        keyword = name[:1].lower() + name[1:]
+        return keyword, ".".join(str(p) for p in error.instance_path)
+    return None

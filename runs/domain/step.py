@@ -19,10 +19,10 @@ from typing import Any, Protocol
 from memory.domain.working import WorkingItem, item_from_observation
 from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation
-from policy.domain.contracts import ToolContract
+from policy.domain.contracts import CallFacts, ToolContract
 from policy.domain.decisions import ExecutableCommand, Execute, NeedsConfirmation, Reject, Stop
 from policy.domain.errors import CanonicalError, ParseError
-from policy.domain.gate import RunView, evaluate
+from policy.domain.gate import RunView, command_fingerprint, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import (
     ActionProposal,
@@ -366,9 +366,12 @@ def _tool(
     p_hash = proposal.hash()
     registered = registry.get(proposal.tool_name, proposal.tool_version)
     contract = registered.contract if registered else None
+    # Counted on the arguments the tool would get: a respelled path is the same proposal.
+    facts = CallFacts(run_id=b.s.run_id, subject=b.s.subject, step=b.s.step)
+    fingerprint = loop_fingerprint(proposal, registry=registry, facts=facts)
     if not resuming:
         max_polls = contract.polling.max_polls if contract and contract.polling else None
-        if _loop_stop(b, p_hash, pid, max_polls):
+        if _loop_stop(b, fingerprint, pid, max_polls):
             return b.done()
 
     trust = lookups.trust_of(proposal.source_observation_ids)
@@ -411,7 +414,7 @@ def _tool(
 
     if isinstance(decision, Reject):
         b.reject(pid, decision.layer, decision.code, **summary)
-        b.absorb(p_hash)
+        b.absorb(fingerprint)
         return b.done()
     if isinstance(decision, Stop):
         b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
@@ -451,7 +454,7 @@ def _tool(
         # Same run, proposal id and arguments as a command already issued: its token is taken.
         # Executing again would be a second effect under the same identity; refuse instead.
         b.reject(pid, "state", "PROPOSAL_ALREADY_EXECUTED", **summary)
-        b.absorb(p_hash)
+        b.absorb(fingerprint)
         return b.done()
     s.tool_calls += 1
     s.stop_reason = None
@@ -621,7 +624,7 @@ def _redacted_outcome(outcome: ToolOutcome) -> ToolOutcome:
 
 
 def _settled(b: _Builder, command: ExecutableCommand) -> Commit:
-    b.absorb(command.proposal_hash)
+    b.absorb(command_fingerprint(command))
     return b.done()
 
 

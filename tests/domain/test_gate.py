@@ -131,13 +131,14 @@ def test_valid_search_executes_with_command(registry):
     assert isinstance(decision, Execute)
     cmd = decision.command
     assert cmd.tool_name == "search_public"
-    assert cmd.validated_arguments == {"query": "retry"}
+    # The corpus the grant's scope was checked on is the corpus the tool is told to search.
+    assert cmd.validated_arguments == {"query": "retry", "corpus": "public"}
     assert cmd.resource == "public"
     assert cmd.granted_capabilities == ("search:public",)
     assert cmd.grant_ids == ("g-search:public-run-1",)
     assert cmd.confirmation_id is None
     assert cmd.consume_confirmation is False
-    args_hash = arguments_hash({"query": "retry"})
+    args_hash = arguments_hash({"query": "retry", "corpus": "public"})
     assert cmd.arguments_hash == args_hash
     assert cmd.proposal_hash == proposal_hash("search_public", "1", {"query": "retry"})
     assert cmd.idempotency_token == idempotency_token(RUN_ID, "p1", "1", args_hash)
@@ -400,10 +401,18 @@ def test_one_fitting_grant_among_failing_ones_is_used(registry):
 CONSTRAINT_CASES = [
     # (constraint, allowed values, refused values)
     (Constraint(equals="ok"), ["ok"], ["OK", "ok ", 1, True]),
-    (Constraint(equals=1), [1], [True, 1.0, "1", 2]),
-    (Constraint(equals=True), [True], [1, "true", False]),
-    (Constraint(one_of=["zh", "en", 3]), ["zh", "en", 3], ["fr", True, 3.0, "3"]),
+    # 1 and 1.0 are one JSON number (RFC 8785, JSON Schema); true is never 1, at any depth.
+    (Constraint(equals=1), [1, 1.0], [True, 1.5, "1", 2, [1]]),
+    (Constraint(equals=True), [True], [1, "true", False, 1.0]),
+    (Constraint(one_of=["zh", "en", 3]), ["zh", "en", 3, 3.0], ["fr", True, "3"]),
     (Constraint(one_of=[1]), [1], [True]),
+    (Constraint(equals={"admin": 1}), [{"admin": 1}, {"admin": 1.0}], [{"admin": True}]),
+    (
+        Constraint(equals=[1, {"a": False}]),
+        [[1.0, {"a": False}]],
+        [[True, {"a": False}], [1, {"a": 0}], [{"a": False}, 1]],
+    ),
+    (Constraint(one_of=[[1], {"x": None}]), [[1], {"x": None}], [[True], {"x": False}, {}]),
     (Constraint(prefix="user/"), ["user/", "user/x"], ["use", "x/user/", 5, True]),
     (Constraint(maximum=10), [10, 0, -5, 9.5], [10.5, 11, True, "5", False]),
     (Constraint(maximum=1), [1, 0.5], [True, False]),
@@ -501,6 +510,29 @@ def test_approved_per_call_confirmation_executes_and_is_consumed(registry):
     assert decision.command.confirmation_id == "c7"
     assert decision.command.consume_confirmation is True
     assert decision.command.resource == "alice"
+
+
+def test_confirmation_stored_under_c1_is_checked_in_c1_never_across_schemes(kit, registry):
+    """issue 9 item 3: a row approved before c2 (hash_scheme "c1") still authorizes its own
+    proposal, compared with the proposal's c1 hash; a c1 hash labelled c2 matches nothing."""
+    contract = kit.kv_contract(confirmation=ConfirmationMode.PER_CALL)
+    reg = ToolRegistry([contract])
+    prop = proposal("kv_put", {"key": "a", "value": 1.0})
+    c1_hash = proposal_hash("kv_put", "1", {"key": "a", "value": 1.0}, "c1")
+    assert c1_hash != prop.hash()  # 1.0 is spelled differently in c1
+    old_row = confirmation(c1_hash).model_copy(update={"hash_scheme": "c1"})
+    decision = decide(reg, prop, confirmations=[old_row])
+    assert isinstance(decision, Execute), decision
+    mislabelled = confirmation(c1_hash)  # says c2, holds a c1 hash
+    assert isinstance(decide(reg, prop, confirmations=[mislabelled]), NeedsConfirmation)
+    unknown = confirmation(c1_hash).model_copy(update={"hash_scheme": "c9"})
+    assert isinstance(decide(reg, prop, confirmations=[unknown]), NeedsConfirmation)
+    per_run = kit.kv_contract(confirmation=ConfirmationMode.PER_RUN)
+    old_run_row = confirmation(per_run_confirmation_hash("kv_put", "1", "c1")).model_copy(
+        update={"hash_scheme": "c1"}
+    )
+    decision = decide(ToolRegistry([per_run]), prop, confirmations=[old_run_row])
+    assert isinstance(decision, Execute)
 
 
 def test_per_run_confirmation_is_reusable(kit):

@@ -195,3 +195,38 @@ def test_run_guard_state_stays_bounded_over_a_long_run():
     assert len(state.loop_guard) == MAX_TRACKED
     assert proposal_hash("nope", "1", {"i": 99}) in state.loop_guard
     assert proposal_hash("nope", "1", {"i": 0}) not in state.loop_guard
+
+
+def test_respelled_paths_are_one_repeated_proposal():
+    """issue 9 items 1 and 3: a planner respelling one path (or one number) gets no fresh
+    fingerprint: the guard counts the arguments the tool would receive."""
+    spellings = [
+        "run-output/a", "run-output/./a", "run-output//a", "./run-output/a",
+        "run-output/b/../a", "run-output/./././a", "run-output/a/.", "run-output///a",
+    ]  # fmt: skip
+    outputs = [
+        tool(f"p{i}", "write_artifact", {"path": path, "body": "same"})
+        for i, path in enumerate(spellings)
+    ]
+    kit = Toolkit()
+    h = harness(outputs, kit=kit, max_steps=20, max_tool_calls=10, max_repeated_proposal=2)
+    state = h.advance()
+    assert (state.status, state.stop_reason) == (Status.FAILED, LOOP)
+    assert kit.calls["write_artifact"] == 2
+    assert kit.kv == {"run-output/a": "same"}  # the tool only ever saw the normalized path
+    (event,) = h.events("proposal.loop-detected")
+    assert event["details"]["fingerprint"] == proposal_hash(
+        "write_artifact", "1", {"path": "run-output/a", "body": "same"}
+    )
+
+
+def test_respelled_numbers_are_one_repeated_proposal():
+    outputs = [
+        tool(f"p{i}", "search_public", {"query": "retry", "limit": limit})
+        for i, limit in enumerate([1, 1.0, 1, 1.0, 1])
+    ]
+    kit = Toolkit()
+    h = harness(outputs, kit=kit, max_steps=20, max_tool_calls=10, max_repeated_proposal=2)
+    state = h.advance()
+    assert (state.status, state.stop_reason) == (Status.FAILED, LOOP)
+    assert kit.calls["search_public"] == 2

@@ -168,6 +168,7 @@ class Toolkit:
                 {
                     "query": {"type": "string", "minLength": 1, "maxLength": 200},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 5},
+                    "corpus": {"type": "string", "minLength": 1, "maxLength": 64},
                 },
                 ["query"],
             ),
@@ -197,9 +198,15 @@ class Toolkit:
             input_schema=_object(
                 {
                     "key": {"type": "string", "minLength": 1, "maxLength": 64},
-                    # Booleans and integers both pass the schema on purpose: the grant
-                    # constraints (not the schema) must tell True from 1.
-                    "value": {"type": ["string", "integer", "number", "boolean"]},
+                    # Booleans and integers (also nested) pass the schema on purpose: the
+                    # grant constraints (not the schema) must tell True from 1.
+                    "value": {
+                        "type": ["string", "integer", "number", "boolean", "array", "object"],
+                        # An object value is a map of scalars (a schema must close objects).
+                        "additionalProperties": {
+                            "type": ["string", "integer", "number", "boolean", "null"]
+                        },
+                    },
                 },
                 ["key", "value"],
             ),
