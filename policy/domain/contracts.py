@@ -204,6 +204,10 @@ class ToolContract:
     def __post_init__(self) -> None:
         if not self.name or not self.version:
             raise RegistryError("a tool contract needs a name and a version")
+        if ":" in self.version:
+            # The idempotency token hashes "run:proposal:version:args" and a proposal id may
+            # hold ":": a version with one could spell another command's token (issue 9 item 4).
+            raise RegistryError(f"{self.name}: a tool version may not contain ':'")
         if self.timeout_ms <= 0:
             raise RegistryError(f"{self.name}: timeout_ms must be positive")
         if self.input_schema.get("type") != "object":

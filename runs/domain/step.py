@@ -38,6 +38,7 @@ from policy.domain.proposals import (
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev
 from runs.domain.final import final_violation
+from runs.domain.ids import minted_confirmation_id
 from runs.domain.loop_guard import observe as loop_observe
 from runs.domain.machine import TERMINAL, Event, Status, transition
 from runs.domain.state import RunState
@@ -412,7 +413,11 @@ def _tool(
             b.commit.handoff_reason = decision.reason
         return b.done()
     if isinstance(decision, NeedsConfirmation):
-        cid = decision.existing_confirmation_id or confirmation_id or f"{s.run_id}:c{s.step}"
+        cid = (
+            decision.existing_confirmation_id
+            or confirmation_id
+            or minted_confirmation_id(s.run_id, s.step)
+        )
         if decision.existing_confirmation_id is None:
             b.commit.confirmation_request = ConfirmationRequest(
                 confirmation_id=cid,
