@@ -30,11 +30,19 @@ READ_CHUNK = 64 * 1024
 
 
 def run_isolated(
-    contract: ToolContract, arguments: dict[str, Any], ctx: ToolContext, command: ExecutableCommand
+    contract: ToolContract,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    command: ExecutableCommand,
+    *,
+    faults: bool = False,
 ) -> ToolOutcome:
+    """Run the tool in a child. ``faults``: the child applies the run's fault plan — set only
+    by the fault-injecting executor, so the child decides exactly as its parent did."""
     payload = json.dumps(
         {
             "tool": contract.name,
+            "faults": faults,
             "version": contract.version,
             "arguments": arguments,
             "ctx": {

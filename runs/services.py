@@ -66,6 +66,10 @@ def run_create(
     Grants come from the caller (an operator, a scenario file), never from a planner output.
     Scenario confirmations are bound to the hash of the proposal they name.
     """
+    if faults:
+        from runs.faults import require_faults_enabled
+
+        require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     state = RunState(

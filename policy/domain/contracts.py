@@ -194,9 +194,6 @@ class ToolContract:
     semantic_checks: tuple[SemanticCheck, ...] = ()
     polling: PollingPolicy | None = None
     retry: RetryPolicy | None = None
-    # Fault injection only (scenario ``verify_mismatch``): change the stored effect behind the
-    # tool's back, as another writer or a broken storage would, so ``verify`` can catch it.
-    tamper: Callable[[dict[str, Any], ToolContext], None] | None = None
     max_input_bytes: int = 16 * 1024
     isolated: bool = False
     secret_names: tuple[str, ...] = ()

@@ -190,3 +190,22 @@ def test_an_isolated_tool_past_max_output_is_stopped_with_output_too_large(
     assert not any(o["citable"] for o in done.observations)
     assert bool(done.handoffs()) is handoff
     assert isolated_children() == set()
+
+
+@pytest.mark.parametrize(("enabled", "ledger", "code"), [
+    (True, "failed", "INJECTED_FAILURE"),
+    (False, "succeeded", None),
+])  # fmt: skip
+def test_an_isolated_child_applies_a_fault_plan_only_when_its_parent_does(
+    child_env, settings, enabled, ledger, code
+):
+    """issue 9 item 6: the child reads no fault plan unless the parent's executor is the fault
+    layer; a plan already stored on a run does nothing once fault injection is off."""
+    run = create(
+        [use("p1", "durable_isolated_echo", text="hi"), final("tool-1")],
+        faults={"tools": {"durable_isolated_echo": {"mode": "fail"}}},
+    )
+    settings.AGENTCONSOLE_FAULTS_ENABLED = enabled
+    services.run_advance(run_id=run.run_id)
+    [row] = Run(run.run_id).ledger
+    assert (row["status"], row["outcome"]["code"]) == (ledger, code)
