@@ -41,7 +41,12 @@ def test_a_new_instance_carrying_an_existing_pk_cannot_overwrite_it(event):
     """issue 9 item 17: Django saves an instance with a pk by UPDATE first; here it inserts."""
     before = _row(event.pk)
     forged = m.TraceEvent(
-        pk=event.pk, run_id=event.run_id, sequence=event.sequence, event="x", details={}
+        pk=event.pk,
+        run_id=event.run_id,
+        sequence=event.sequence,
+        event="x",
+        details={},
+        created_at=before["created_at"],  # else the UPDATE fails on NOT NULL, by accident
     )
     with pytest.raises(DatabaseError), transaction.atomic():
         forged.save()
