@@ -359,7 +359,12 @@ class OrmRunStore:
                 run_id=run_id, status=ConfirmationStatus.PENDING.value
             ).update(status=ConfirmationStatus.EXPIRED.value)
         if commit.handoff_reason is not None:
-            self._open_handoff(state, commit.handoff_reason)
+            self._open_handoff(
+                state,
+                commit.handoff_reason,
+                proposal=commit.handoff_proposal,
+                proposal_hash=commit.handoff_proposal_hash,
+            )
 
     def _admit_working(self, run_id: str, new: list[WorkingItem], step: int) -> None:
         """Apply the eviction rule to at most max_items + len(new) rows: constant per step."""
@@ -379,7 +384,14 @@ class OrmRunStore:
         rows = WorkingMemoryItem.objects.filter(run_id=run_id)
         return admit([_to_item(r) for r in rows], [], step=step)
 
-    def _open_handoff(self, state: RunState, reason: str) -> None:
+    def _open_handoff(
+        self,
+        state: RunState,
+        reason: str,
+        *,
+        proposal: dict[str, Any] | None = None,
+        proposal_hash: str | None = None,
+    ) -> None:
         trusted = m.Observation.objects.filter(run_id=state.run_id).exclude(
             trust="untrusted-content"
         )
@@ -407,7 +419,12 @@ class OrmRunStore:
             )
         ]
         bundle = build_handoff_bundle(
-            state=state, reason=reason, trusted_observations=observations, unknown_effects=effects
+            state=state,
+            reason=reason,
+            trusted_observations=observations,
+            unknown_effects=effects,
+            proposal=proposal,
+            proposal_hash=proposal_hash,
         )
         m.Handoff.objects.create(run_id=state.run_id, reason=reason, bundle=bundle)
 

@@ -89,6 +89,10 @@ class Commit:
     confirmation_decision: tuple[str, bool] | None = None
     grant_uses: tuple[str, ...] = ()
     handoff_reason: str | None = None
+    # What the handoff is about when the state holds no pending proposal (a loop stop names the
+    # repeated proposal and its hash; seed §14, §16 experiment two).
+    handoff_proposal: dict[str, Any] | None = None
+    handoff_proposal_hash: str | None = None
     # (idempotency_token, attempt): the next attempt of a started command, same token.
     ledger_attempt: tuple[str, int] | None = None
     # The run stops waiting for a person: its pending confirmations expire in this commit.
@@ -316,7 +320,11 @@ def _final(b: _Builder, final: FinalProposal, lookups: Lookups) -> Commit:
 
 
 def _loop_stop(
-    b: _Builder, fingerprint: str, proposal_id: str | None, max_polls: int | None
+    b: _Builder,
+    fingerprint: str,
+    proposal_id: str | None,
+    max_polls: int | None,
+    proposal: dict[str, Any] | None = None,
 ) -> bool:
     guard, verdict = loop_observe(
         b.s.loop_guard,
@@ -341,6 +349,8 @@ def _loop_stop(
     )
     b.stop(Event.FAIL, reason, proposal_id)
     b.commit.handoff_reason = reason
+    b.commit.handoff_proposal = proposal
+    b.commit.handoff_proposal_hash = fingerprint
     return True
 
 
@@ -361,7 +371,7 @@ def _tool(
     contract = registered.contract if registered else None
     if not resuming:
         max_polls = contract.polling.max_polls if contract and contract.polling else None
-        if _loop_stop(b, p_hash, pid, max_polls):
+        if _loop_stop(b, p_hash, pid, max_polls, proposal.model_dump(mode="json")):
             return b.done()
 
     trust = lookups.trust_of(proposal.source_observation_ids)
