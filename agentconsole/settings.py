@@ -322,6 +322,11 @@ AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
 # users; an existing user's password is never reset), "0" never.
 AGENTCONSOLE_DEMO = os.environ.get("AGENTCONSOLE_DEMO", "auto").strip().lower()
 
+# Fault injection (runs.faults) for the fault lab and the tests only. Off: workers use the plain
+# executor (no fault lookup per tool call, no SIGKILL code reachable) and a run with a ``faults``
+# block is refused at creation (FAULTS_DISABLED). Never set it on a deployment that serves users.
+AGENTCONSOLE_FAULTS_ENABLED = _env_bool("AGENTCONSOLE_FAULTS_ENABLED", "0")
+
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
 AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}

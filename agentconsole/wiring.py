@@ -99,17 +99,21 @@ def store(lease_owner: str | None = None) -> OrmRunStore:
 
 
 def executor() -> ThreadExecutor:
-    from runs.faults import FaultingExecutor
     from runs.isolation import run_isolated
 
-    return FaultingExecutor(
-        registry=registry(),
-        secrets=getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
-        services={"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
+    common: dict[str, Any] = {
+        "registry": registry(),
+        "secrets": getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
+        "services": {"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
         # A tool thread opens its own database connection; close it when the thread ends.
-        on_thread_exit=connections.close_all,
-        isolated_call=run_isolated,
-    )
+        "on_thread_exit": connections.close_all,
+    }
+    if not getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False):
+        # Production: no fault layer at all (issue 9 item 6), in this process or in the child.
+        return ThreadExecutor(**common, isolated_call=run_isolated)
+    from runs.faults import FaultingExecutor
+
+    return FaultingExecutor(**common, isolated_call=functools.partial(run_isolated, faults=True))
 
 
 def runner(lease_owner: str | None = None) -> Runner:

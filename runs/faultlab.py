@@ -187,6 +187,7 @@ def worker_process(*, queue: str = QUEUE, extra_env: dict[str, str] | None = Non
     env.update(
         {
             CRASH_ENV: "1",
+            "AGENTCONSOLE_FAULTS_ENABLED": "1",  # the fault lab's own worker injects faults
             "DATABASE_URL": database_url(),
             "AGENTCONSOLE_LEASE_TTL_S": "2",
             "PYTHONPATH": str(settings.BASE_DIR),

@@ -13,6 +13,11 @@ before the deadline), ``fail_retryable``, ``fail``, ``verify_mismatch`` (the eff
 is then changed behind the tool's back), ``hang`` (ignores cooperative cancel; only a hard stop
 ends it). ``reconcile: "unknown"`` makes the tool's reconcile unable to tell. A crash is a real
 ``SIGKILL`` of the worker process, allowed only where ``AGENTCONSOLE_ALLOW_CRASH_FAULTS=1``.
+
+None of it is reachable unless ``settings.AGENTCONSOLE_FAULTS_ENABLED`` (the fault lab, the
+tests): otherwise ``agentconsole.wiring.executor`` builds the plain executor, isolated children
+never read a plan, a crash is refused even with the environment variable, and a run with a
+``faults`` block is refused at creation (``FAULTS_DISABLED``; issue 9 item 6).
 """
 
 from __future__ import annotations
@@ -21,19 +26,41 @@ import dataclasses
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy.domain.contracts import CancelSignal, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
+from policy.domain.errors import DomainError
 from policy.domain.proposals import ToolOutcome
 from runs.domain.runner import Execution
 from runs.domain.state import RunState
 from runs.executor import ThreadExecutor
+from runs.tools import artifacts
 
 CRASH_ENV = "AGENTCONSOLE_ALLOW_CRASH_FAULTS"
 HANG_LIMIT_S = 120
+
+
+class FaultsDisabled(DomainError):
+    code = "FAULTS_DISABLED"
+    http_status = 400
+
+
+def faults_enabled() -> bool:
+    from django.conf import settings
+
+    return getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False) is True
+
+
+def require_faults_enabled() -> None:
+    """Refuse a fault plan where fault injection is off: it would silently do nothing."""
+    if not faults_enabled():
+        raise FaultsDisabled(
+            "this deployment does not inject faults (AGENTCONSOLE_FAULTS_ENABLED is off)"
+        )
 
 
 class _Strict(BaseModel):
@@ -85,7 +112,8 @@ def _fire_nth(run_id: str, fault: str, times: int) -> bool:
 
 
 def _die(point: str) -> ToolOutcome:
-    if os.environ.get(CRASH_ENV) != "1":
+    # Both switches: the fault layer is on *and* this process may be killed (a fault-lab worker).
+    if not faults_enabled() or os.environ.get(CRASH_ENV) != "1":
         return ToolOutcome.failed("CRASH_FAULT_NOT_ALLOWED", point, retryable=False)
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(10)  # SIGKILL is not deliverable late; never reached
@@ -141,6 +169,20 @@ def faulted_contract(contract: ToolContract, plan: FaultPlan, run_id: str) -> To
     return dataclasses.replace(contract, execute=execute, reconcile=reconcile)
 
 
+def _tamper_artifact(arguments: dict[str, Any], ctx: ToolContext) -> None:
+    """Another writer changes the file after write_artifact wrote it (its verify must notice)."""
+    path = artifacts.target_path(ctx, arguments["path"])
+    with path.open("ab") as handle:
+        handle.write(b"\n[changed behind the tool's back]\n")
+
+
+# ``verify_mismatch``: how to change a tool's stored effect behind its back, by tool name. Kept
+# here, not on the contract: the domain contract carries no fault-lab hook.
+TAMPERS: dict[str, Callable[[dict[str, Any], ToolContext], None]] = {
+    "write_artifact": _tamper_artifact,
+}
+
+
 def _inject(
     fault: ToolFault,
     contract: ToolContract,
@@ -159,12 +201,13 @@ def _inject(
     if fault.mode == "fail":
         return ToolOutcome.failed("INJECTED_FAILURE", "failed for good", retryable=False)
     if fault.mode == "verify_mismatch":
-        outcome = real_execute(arguments, ctx)
-        if contract.tamper is None:
+        tamper = TAMPERS.get(contract.name)
+        if tamper is None:
             return ToolOutcome.failed(
-                "FAULT_NOT_SUPPORTED", "tool has no tamper hook", retryable=False
+                "FAULT_NOT_SUPPORTED", "no tamper hook for this tool", retryable=False
             )
-        contract.tamper(arguments, ctx)
+        outcome = real_execute(arguments, ctx)
+        tamper(arguments, ctx)
         return outcome
     # hang: ignores the cooperative signal; only a hard stop (isolated child) ends it early.
     time.sleep(HANG_LIMIT_S)
@@ -179,7 +222,8 @@ def plan_for(run_id: str) -> FaultPlan | None:
 
 
 class FaultingExecutor(ThreadExecutor):
-    """The production executor: identical to ``ThreadExecutor`` unless the run has a plan."""
+    """The fault lab's and the tests' executor (only where AGENTCONSOLE_FAULTS_ENABLED): the
+    plain ``ThreadExecutor`` plus one fault-plan lookup per tool call."""
 
     def run(
         self,

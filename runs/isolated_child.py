@@ -16,7 +16,6 @@ def main() -> int:
     from agentconsole import wiring
     from policy.domain.contracts import CancelSignal, ToolContext
     from policy.domain.proposals import ToolOutcome
-    from runs.faults import faulted_contract, plan_for
 
     request = json.loads(sys.stdin.buffer.read())
     registered = wiring.registry().get(request["tool"], request["version"])
@@ -25,9 +24,13 @@ def main() -> int:
     else:
         c = request["ctx"]
         contract = registered.contract
-        plan = plan_for(c["run_id"])
-        if plan is not None:
-            contract = faulted_contract(contract, plan, c["run_id"])
+        if request.get("faults") is True:
+            # Only when the parent runs the fault-injecting executor (the fault lab, tests).
+            from runs.faults import faulted_contract, plan_for
+
+            plan = plan_for(c["run_id"])
+            if plan is not None:
+                contract = faulted_contract(contract, plan, c["run_id"])
         ctx = ToolContext(
             run_id=c["run_id"],
             subject=c["subject"],

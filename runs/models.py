@@ -89,8 +89,20 @@ class Run(models.Model):
 
 
 class TraceEventQuerySet(models.QuerySet):
+    """Inserts only. Every way a queryset can change or remove a row raises; a database trigger
+    (migration 0005) refuses a rewrite of an event's identity even to raw SQL."""
+
     def update(self, **kwargs):
         raise AppendOnlyError("trace events are never updated")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise AppendOnlyError("trace events are never updated")
+
+    def bulk_create(self, objs, *args, **kwargs):
+        # An upsert is an update of the row already there.
+        if kwargs.get("update_conflicts"):
+            raise AppendOnlyError("trace events are never updated")
+        return super().bulk_create(objs, *args, **kwargs)
 
     def delete(self):
         raise AppendOnlyError("trace events are never deleted")
@@ -119,6 +131,9 @@ class TraceEvent(models.Model):
     def save(self, *args, **kwargs):
         if not self._state.adding:
             raise AppendOnlyError("trace events are never updated")
+        # A new instance that carries an existing pk would otherwise UPDATE that row (Django
+        # tries UPDATE first when a pk is set): an insert, or an IntegrityError.
+        kwargs["force_insert"] = True
         return super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):

@@ -16,6 +16,7 @@ from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
 from runs import selectors, services
 from runs.domain.budgets import RunBudgets
+from runs.domain.ids import INPUT_ID_PATTERN
 from runs.domain.machine import Status
 from runs.faults import FaultPlan
 
@@ -46,9 +47,8 @@ class ScenarioProposal(_Strict):
 
 
 class ScenarioConfirmation(_Strict):
-    confirmation_id: Annotated[
-        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:\-]+$")
-    ]
+    # INPUT_ID_PATTERN never admits the mark on ids the runtime mints (runs.domain.ids).
+    confirmation_id: Annotated[str, Field(min_length=1, max_length=64, pattern=INPUT_ID_PATTERN)]
     proposal: ScenarioProposal
     approved: bool
     expires_at_step: Annotated[int, Field(ge=0)]

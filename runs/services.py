@@ -23,6 +23,7 @@ from policy.domain.redaction import redact_secrets
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
 
@@ -35,6 +36,11 @@ class ConfirmationMismatch(DomainError):
 class ConfirmationNotPending(DomainError):
     code = "CONFIRMATION_NOT_PENDING"
     http_status = 409
+
+
+class ConfirmationIdInvalid(DomainError):
+    code = "CONFIRMATION_ID_INVALID"
+    http_status = 400
 
 
 def new_run_id() -> str:
@@ -66,6 +72,10 @@ def run_create(
     # confirmations are hashed as redacted, so they match the redacted planner output.
     goal, planner = redact_secrets(goal), redact_secrets(planner)
     confirmations = [{**c, "proposal": redact_secrets(c["proposal"])} for c in confirmations]
+    if faults:
+        from runs.faults import require_faults_enabled
+
+        require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     state = RunState(
@@ -84,8 +94,9 @@ def run_create(
     bound_confirmations, proposals = [], {}
     for c in confirmations:
         p = c["proposal"]
-        # Ids from a file are names within the run; the stored id is scoped by the run id.
-        cid = f"{run_id}:{c['confirmation_id']}"
+        # Ids from a file are names within the run; the stored id is scoped by the run id and
+        # can never equal one the runtime mints (runs.domain.ids).
+        cid = _caller_confirmation_id(run_id, c["confirmation_id"])
         bound_confirmations.append(
             Confirmation(
                 confirmation_id=cid,
@@ -125,6 +136,14 @@ def run_create(
         if enqueue:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _caller_confirmation_id(run_id: str, name: Any) -> str:
+    # Checked here, not only by the scenario schema: a caller of the Python API could pass
+    # any string, and one holding the minted mark could name a confirmation the runtime asks for.
+    if not isinstance(name, str) or len(name) > 64 or not is_input_id(name):
+        raise ConfirmationIdInvalid(f"a confirmation id must match {INPUT_ID_PATTERN}")
+    return caller_confirmation_id(run_id, name)
 
 
 def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:

@@ -29,12 +29,18 @@ from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
 from runs.domain.handoff import build_handoff_bundle
+from runs.domain.ports import IntegrityViolation
 from runs.domain.state import RunState
 from runs.domain.step import Commit
 
 HANDOFF_OBSERVATIONS = 5
 
 _STATE_FIELDS = [f for f in RunState.model_fields if f not in ("run_id", "goal", "subject")]
+
+
+def _constraint(exc: IntegrityError) -> str:
+    # The database's own words name the key (no values on SQLite or PostgreSQL's first line).
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def _row_to_state(run: m.Run) -> RunState:
@@ -120,6 +126,37 @@ class OrmRunStore:
         proposals: Mapping[str, dict[str, Any]] | None = None,
         faults: dict[str, Any] | None = None,
     ) -> RunState:
+        try:
+            self._create(
+                state,
+                grants=grants,
+                confirmations=confirmations,
+                planner=planner,
+                owner=owner,
+                budgets=budgets,
+                granted_by=granted_by,
+                proposals=proposals or {},
+                faults=faults,
+            )
+        except IntegrityError as exc:
+            raise IntegrityViolation(
+                "a new run broke a unique key", run_id=state.run_id, constraint=_constraint(exc)
+            ) from exc
+        return state
+
+    def _create(
+        self,
+        state: RunState,
+        *,
+        grants: Sequence[CapabilityGrant],
+        confirmations: Sequence[Confirmation],
+        planner: dict[str, Any],
+        owner: Any,
+        budgets: dict[str, Any] | None,
+        granted_by: Any,
+        proposals: Mapping[str, dict[str, Any]],
+        faults: dict[str, Any] | None,
+    ) -> None:
         with transaction.atomic():
             m.Run.objects.create(
                 id=state.run_id,
@@ -147,7 +184,6 @@ class OrmRunStore:
                 )
                 for g in grants
             )
-            proposals = proposals or {}
             ConfirmationRow.objects.bulk_create(
                 ConfirmationRow(
                     id=c.confirmation_id,
@@ -165,7 +201,6 @@ class OrmRunStore:
                 )
                 for c in confirmations
             )
-        return state
 
     def load(self, run_id: str) -> RunState:
         try:
@@ -194,9 +229,14 @@ class OrmRunStore:
                     )
                     transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
         except IntegrityError as exc:
-            # A unique token or sequence taken by a concurrent writer: the same race as a version
-            # mismatch, reported the same way. The transaction rolled back whole.
-            raise VersionConflict("concurrent write", run_id=run_id) from exc
+            # Not a race: the compare-and-set above is the first write, so a second writer of
+            # this run waits for it (PostgreSQL row lock, SQLite write lock) and then matches 0
+            # rows. A unique key broken after it is a bug in how a key was named; it fails the
+            # same way on every retry, so it must never pass for a VersionConflict (issue 9
+            # item 4: a retried clash once left a run stuck in running). Rolled back whole.
+            raise IntegrityViolation(
+                "a write broke a unique key", run_id=run_id, constraint=_constraint(exc)
+            ) from exc
         return state
 
     def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
@@ -319,7 +359,12 @@ class OrmRunStore:
                 run_id=run_id, status=ConfirmationStatus.PENDING.value
             ).update(status=ConfirmationStatus.EXPIRED.value)
         if commit.handoff_reason is not None:
-            self._open_handoff(state, commit.handoff_reason)
+            self._open_handoff(
+                state,
+                commit.handoff_reason,
+                proposal=commit.handoff_proposal,
+                proposal_hash=commit.handoff_proposal_hash,
+            )
 
     def _admit_working(self, run_id: str, new: list[WorkingItem], step: int) -> None:
         """Apply the eviction rule to at most max_items + len(new) rows: constant per step."""
@@ -339,7 +384,14 @@ class OrmRunStore:
         rows = WorkingMemoryItem.objects.filter(run_id=run_id)
         return admit([_to_item(r) for r in rows], [], step=step)
 
-    def _open_handoff(self, state: RunState, reason: str) -> None:
+    def _open_handoff(
+        self,
+        state: RunState,
+        reason: str,
+        *,
+        proposal: dict[str, Any] | None = None,
+        proposal_hash: str | None = None,
+    ) -> None:
         trusted = m.Observation.objects.filter(run_id=state.run_id).exclude(
             trust="untrusted-content"
         )
@@ -367,7 +419,12 @@ class OrmRunStore:
             )
         ]
         bundle = build_handoff_bundle(
-            state=state, reason=reason, trusted_observations=observations, unknown_effects=effects
+            state=state,
+            reason=reason,
+            trusted_observations=observations,
+            unknown_effects=effects,
+            proposal=proposal,
+            proposal_hash=proposal_hash,
         )
         m.Handoff.objects.create(run_id=state.run_id, reason=reason, bundle=bundle)
 

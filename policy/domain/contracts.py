@@ -253,9 +253,6 @@ class ToolContract:
     semantic_checks: tuple[SemanticCheck, ...] = ()
     polling: PollingPolicy | None = None
     retry: RetryPolicy | None = None
-    # Fault injection only (scenario ``verify_mismatch``): change the stored effect behind the
-    # tool's back, as another writer or a broken storage would, so ``verify`` can catch it.
-    tamper: Callable[[dict[str, Any], ToolContext], None] | None = None
     max_input_bytes: int = 16 * 1024
     isolated: bool = False
     secret_names: tuple[str, ...] = ()
@@ -263,6 +260,10 @@ class ToolContract:
     def __post_init__(self) -> None:
         if not self.name or not self.version:
             raise RegistryError("a tool contract needs a name and a version")
+        if ":" in self.version:
+            # The idempotency token hashes "run:proposal:version:args" and a proposal id may
+            # hold ":": a version with one could spell another command's token (issue 9 item 4).
+            raise RegistryError(f"{self.name}: a tool version may not contain ':'")
         if self.timeout_ms <= 0:
             raise RegistryError(f"{self.name}: timeout_ms must be positive")
         if self.input_schema.get("type") != "object":

@@ -38,6 +38,13 @@ FORBIDDEN_AUTOMATIC_ACTIONS = [
     "re-plan from step one",
     "treat a tool's success response as a verified business success",
 ]
+# seed §15, by reason: what no automation may do on top of the above.
+_FORBIDDEN: dict[str, list[str]] = {
+    "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION": [
+        "send the same proposal or error back to the planner"
+    ],
+    "POLLING_LIMIT_REACHED": ["send the same proposal or error back to the planner"],
+}
 
 
 def build_handoff_bundle(
@@ -47,10 +54,15 @@ def build_handoff_bundle(
     trusted_observations: Sequence[dict[str, Any]],
     unknown_effects: Sequence[dict[str, Any]],
     required: dict[str, Any] | None = None,
+    proposal: dict[str, Any] | None = None,
+    proposal_hash: str | None = None,
 ) -> dict[str, Any]:
     """The seed's fields: run id, state + version, goal, last trusted observations, pending
     proposal, required capability/confirmation, unknown effects and their reconciliation
-    status, recommended safe actions, forbidden automatic actions."""
+    status, recommended safe actions, forbidden automatic actions.
+
+    ``proposal``/``proposal_hash``: what the handoff is about when the state holds no pending
+    proposal — a loop stop names the repeated proposal and its hash (the loop fingerprint)."""
     # Redacted as a whole: the bundle is shown to reviewers and stored (issue 9 item 12).
     bundle = {
         "run_id": state.run_id,
@@ -61,10 +73,11 @@ def build_handoff_bundle(
         "step": state.step,
         "tool_calls": state.tool_calls,
         "last_trusted_observations": list(trusted_observations),
-        "pending_proposal": state.pending_proposal,
+        "pending_proposal": proposal if proposal is not None else state.pending_proposal,
+        "repeated_proposal_hash": proposal_hash,
         "required": required or {},
         "unknown_effects": list(unknown_effects),
         "recommended_safe_actions": _SAFE_ACTIONS.get(reason, _DEFAULT_SAFE),
-        "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS,
+        "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS + _FORBIDDEN.get(reason, []),
     }
     return redact_secrets(bundle)

@@ -15,6 +15,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation
+from runs.domain.ports import IntegrityViolation
 from runs.domain.state import RunState
 from runs.domain.step import Commit
 
@@ -62,6 +63,9 @@ class MemoryStore:
         planner: dict[str, Any],
     ) -> RunState:
         with self._lock:
+            ids = [c.confirmation_id for c in confirmations]
+            if state.run_id in self.runs or len(ids) != len(set(ids)):
+                raise IntegrityViolation("a new run broke a unique key", run_id=state.run_id)
             self.runs[state.run_id] = state.model_copy(deep=True)
             self._grants[state.run_id] = {g.grant_id: g for g in grants}
             self._confirmations[state.run_id] = {c.confirmation_id: c for c in confirmations}
@@ -162,7 +166,8 @@ class MemoryStore:
         if self.runs[run_id].version != commit.expected_version:
             raise VersionConflict("run changed", run_id=run_id)
         if commit.ledger_intent and commit.ledger_intent.idempotency_token in self.ledger:
-            raise VersionConflict("idempotency token already used", run_id=run_id)
+            # A unique key, as in the ORM adapter: not a race (the version matched), a bug.
+            raise IntegrityViolation("idempotency token already used", run_id=run_id)
         if commit.ledger_attempt is not None:
             token, attempt = commit.ledger_attempt
             row = self.ledger.get(token)
@@ -175,11 +180,13 @@ class MemoryStore:
         confirmations = self._confirmations[run_id]
         if commit.confirmation_request is not None:
             r = commit.confirmation_request
+            if r.confirmation_id in confirmations:
+                raise IntegrityViolation("confirmation id already taken", run_id=run_id)
             if any(
                 c.proposal_hash == r.proposal_hash and c.status is ConfirmationStatus.PENDING
                 for c in confirmations.values()
             ):
-                raise VersionConflict("a confirmation is already pending", run_id=run_id)
+                raise IntegrityViolation("a confirmation is already pending", run_id=run_id)
         if commit.confirmation_decision is not None:
             current = confirmations.get(commit.confirmation_decision[0])
             if current is None or current.status is not ConfirmationStatus.PENDING:

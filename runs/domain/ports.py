@@ -9,10 +9,22 @@ from typing import Any, Protocol
 from memory.domain.working import WorkingItem
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
+from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation
 from runs.domain.state import RunState
 from runs.domain.step import Commit, Lookups
+
+
+class IntegrityViolation(DomainError):
+    """A write broke a unique key although the compare-and-set on the run version held.
+
+    Not a lost race: every writer of a run first wins the compare-and-set, so two writers of one
+    run never both reach the inserts. A clash after it is a bug in how a key was named, and it
+    would happen again on every retry: callers report it, never retry it (issue 9 item 4).
+    """
+
+    code = "STORE_INTEGRITY_VIOLATION"
 
 
 class RunStore(Protocol):
@@ -28,8 +40,9 @@ class RunStore(Protocol):
     def load(self, run_id: str) -> RunState: ...
 
     def apply(self, commit: Commit) -> RunState:
-        """Write the commit atomically iff the run is still at ``commit.expected_version``;
-        raise ``VersionConflict`` otherwise (nothing written)."""
+        """Write the commit atomically iff the run is still at ``commit.expected_version`` and
+        every conditional write in it holds; raise ``VersionConflict`` otherwise (nothing
+        written). A unique key broken past that check raises ``IntegrityViolation``."""
         ...
 
     def grants(self, run_id: str) -> list[CapabilityGrant]: ...

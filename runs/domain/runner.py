@@ -26,7 +26,7 @@ from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
 from runs.domain.machine import Status
 from runs.domain.planning import Planner, PlannerContext, PlannerError
-from runs.domain.ports import Clock, RunStore
+from runs.domain.ports import Clock, IntegrityViolation, RunStore
 from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)
@@ -135,9 +135,22 @@ class Runner:
                 # may have rewritten it, and a cached copy would write the erased values back.
                 planners.clear()
                 continue
+            except IntegrityViolation as exc:
+                # Not a race: retrying writes the same keys again. Stop here, once.
+                return self._integrity_stop(state, exc)
             if commit.command is not None:
                 self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
+
+    def _integrity_stop(self, state: RunState, exc: IntegrityViolation) -> RunState:
+        """A running run whose commit broke a unique key fails with a handoff (a person looks
+        at it) instead of staying in ``running``; anything else re-raises the stable error."""
+        if state.status is not Status.RUNNING:
+            raise exc
+        log.error("run %s: %s (%s)", state.run_id, exc.code, exc.extra.get("constraint", ""))
+        commit = steps.fail(state, exc.code)
+        commit.handoff_reason = exc.code
+        return self.store.apply(commit)
 
     def _next_commit(self, state: RunState, planner: Callable[[], Planner]) -> steps.Commit | None:
         if state.status is Status.CREATED:

@@ -39,6 +39,7 @@ from policy.domain.redaction import redact_secrets
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev
 from runs.domain.final import final_violation
+from runs.domain.ids import minted_confirmation_id
 from runs.domain.loop_guard import observe as loop_observe
 from runs.domain.machine import TERMINAL, Event, Status, transition
 from runs.domain.state import RunState
@@ -89,6 +90,10 @@ class Commit:
     confirmation_decision: tuple[str, bool] | None = None
     grant_uses: tuple[str, ...] = ()
     handoff_reason: str | None = None
+    # What the handoff is about when the state holds no pending proposal (a loop stop names the
+    # repeated proposal and its hash; seed §14, §16 experiment two).
+    handoff_proposal: dict[str, Any] | None = None
+    handoff_proposal_hash: str | None = None
     # (idempotency_token, attempt): the next attempt of a started command, same token.
     ledger_attempt: tuple[str, int] | None = None
     # The run stops waiting for a person: its pending confirmations expire in this commit.
@@ -323,7 +328,11 @@ def _final(b: _Builder, final: FinalProposal, lookups: Lookups) -> Commit:
 
 
 def _loop_stop(
-    b: _Builder, fingerprint: str, proposal_id: str | None, max_polls: int | None
+    b: _Builder,
+    fingerprint: str,
+    proposal_id: str | None,
+    max_polls: int | None,
+    proposal: dict[str, Any] | None = None,
 ) -> bool:
     guard, verdict = loop_observe(
         b.s.loop_guard,
@@ -348,6 +357,8 @@ def _loop_stop(
     )
     b.stop(Event.FAIL, reason, proposal_id)
     b.commit.handoff_reason = reason
+    b.commit.handoff_proposal = proposal
+    b.commit.handoff_proposal_hash = fingerprint
     return True
 
 
@@ -371,7 +382,7 @@ def _tool(
     fingerprint = loop_fingerprint(proposal, registry=registry, facts=facts)
     if not resuming:
         max_polls = contract.polling.max_polls if contract and contract.polling else None
-        if _loop_stop(b, fingerprint, pid, max_polls):
+        if _loop_stop(b, fingerprint, pid, max_polls, proposal.model_dump(mode="json")):
             return b.done()
 
     trust = lookups.trust_of(proposal.source_observation_ids)
@@ -423,7 +434,11 @@ def _tool(
             b.commit.handoff_reason = decision.reason
         return b.done()
     if isinstance(decision, NeedsConfirmation):
-        cid = decision.existing_confirmation_id or confirmation_id or f"{s.run_id}:c{s.step}"
+        cid = (
+            decision.existing_confirmation_id
+            or confirmation_id
+            or minted_confirmation_id(s.run_id, s.step)
+        )
         if decision.existing_confirmation_id is None:
             b.commit.confirmation_request = ConfirmationRequest(
                 confirmation_id=cid,

@@ -116,13 +116,6 @@ def reconcile(token: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOu
     return ToolOutcome.unknown("ARTIFACT_STATE_UNCLEAR", "row and file disagree")
 
 
-def tamper(arguments: dict[str, Any], ctx: ToolContext) -> None:
-    """Fault injection only: another writer changes the file after the tool wrote it."""
-    path = target_path(ctx, arguments["path"])
-    with path.open("ab") as handle:
-        handle.write(b"\n[changed behind the tool's back]\n")
-
-
 def compensate(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     path = target_path(ctx, arguments["path"])
     path.unlink(missing_ok=True)
@@ -160,7 +153,6 @@ def contract() -> ToolContract:
         verify=verify,
         reconcile=reconcile,
         compensate=compensate,
-        tamper=tamper,
         resource=RESOURCE,
         logged_fields=("path",),
         redacted_fields=("content",),

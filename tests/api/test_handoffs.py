@@ -162,10 +162,11 @@ def test_every_allowed_action_is_accepted_by_the_api(people: kit.People) -> None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_reviewer_settles_a_failed_verification(people: kit.People) -> None:
+def test_a_reviewer_settles_a_failed_verification(people: kit.People, settings: Any) -> None:
     """faultlab/verification-failed: the tool's write was changed behind its back, the ledger row
     is compensation-required and a handoff opened; the reviewer marks the effect present and
     the ledger row is reconciled with their name on it. (A tool thread: transaction=True.)"""
+    settings.AGENTCONSOLE_FAULTS_ENABLED = True  # a fault-lab scenario (issue 9 item 6)
     export = kit.scenario_run(kit.load_fixture("faultlab/verification-failed.json"), None)
     run_id = export["state"]["run_id"]
     assert export["state"]["stop_reason"] == "TOOL_POSTCONDITION_FAILED"

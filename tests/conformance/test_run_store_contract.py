@@ -3,7 +3,8 @@
 ``apply(commit)`` writes the whole commit iff the run is still at ``commit.expected_version``
 and every conditional write in it still holds (an unused idempotency token, a ledger row still
 open, a pending confirmation to decide, an approved one to consume, a grant with calls left);
-otherwise it raises ``VersionConflict`` and writes nothing at all.
+otherwise it raises ``VersionConflict`` and writes nothing at all. A unique key broken although
+the version matched (a minted id taken twice) is ``IntegrityViolation``, never a conflict.
 
 Commits come from the real step functions. Where a conflict needs a writer that read before
 someone else wrote, the test hands ``decide`` the grants, confirmations or lookups read earlier,
@@ -22,9 +23,11 @@ from policy.domain.grants import CapabilityGrant, Constraint
 from policy.domain.proposals import ToolOutcome
 from runs.domain import step as steps
 from runs.domain.machine import Status
+from runs.domain.ports import IntegrityViolation
 from tests.conformance.conformance_kit import (
     SUBJECT,
     Driver,
+    MemoryAdapter,
     final,
     make_run,
     new_state,
@@ -177,7 +180,11 @@ class _BeforeTheIntent:
         return False
 
 
-def test_a_second_intent_with_a_used_idempotency_token_conflicts(adapter: Any) -> None:
+def test_a_second_intent_with_a_used_idempotency_token_is_an_integrity_violation(
+    adapter: Any,
+) -> None:
+    """issue 9 item 4: a unique key broken at the current version is not a lost race: a stable
+    IntegrityViolation (never retried as a VersionConflict), and nothing is written."""
     d = make_run(adapter, [read("p1", "retry")])
     d.start()
     first, _ = d.execute_next()
@@ -191,7 +198,12 @@ def test_a_second_intent_with_a_used_idempotency_token_conflicts(adapter: Any) -
     assert again.command is not None
     assert again.command.idempotency_token == token
 
-    conflicts_and_writes_nothing(d, again)
+    before = d.snapshot()
+    with pytest.raises(IntegrityViolation) as raised:
+        d.store.apply(again)
+    assert not isinstance(raised.value, VersionConflict)
+    assert raised.value.code == "STORE_INTEGRITY_VIOLATION"
+    assert d.snapshot() == before
     assert d.snapshot()["ledger"] == {token: ("succeeded", 1)}
 
 
@@ -343,3 +355,42 @@ def test_recent_observations_are_the_newest_n_oldest_first(adapter: Any) -> None
         "user-1"
     ]
     assert d.load().subject == SUBJECT
+
+
+def test_a_confirmation_request_on_a_taken_id_is_an_integrity_violation(adapter: Any) -> None:
+    """issue 9 item 4: the runtime's confirmation request lands on an id already taken (the old
+    collision of a caller's "c1" with the runtime's own, forced here past the services'
+    validation): IntegrityViolation, not a conflict, and nothing is written."""
+    from runs.domain.ids import minted_confirmation_id
+
+    d = make_run(adapter, [write("p1", "hello")])
+    taken = Confirmation(
+        confirmation_id=minted_confirmation_id(d.run_id, 1),
+        run_id=d.run_id,
+        proposal_hash=write_hash("something else"),
+        status=ConfirmationStatus.APPROVED,
+        expires_at_step=50,
+    )
+    d.start()
+    # Planted under the store, as a naming bug would leave it.
+    if isinstance(adapter, MemoryAdapter):
+        adapter.store._confirmations[d.run_id][taken.confirmation_id] = taken
+    else:
+        from policy.models import Confirmation as ConfirmationRow
+
+        ConfirmationRow.objects.create(
+            id=taken.confirmation_id,
+            run_id=d.run_id,
+            proposal_hash=taken.proposal_hash,
+            status="approved",
+            expires_at_step=50,
+        )
+    asks = d.plan()
+    assert asks.confirmation_request is not None
+    assert asks.confirmation_request.confirmation_id == taken.confirmation_id
+
+    before = d.snapshot()
+    with pytest.raises(IntegrityViolation) as raised:
+        d.store.apply(asks)
+    assert not isinstance(raised.value, VersionConflict)
+    assert d.snapshot() == before

@@ -38,6 +38,12 @@ def fast_passwords(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
+def faults_enabled(settings: Any) -> None:
+    """These tests inject faults in-process (a run's ``faults`` block); off by default."""
+    settings.AGENTCONSOLE_FAULTS_ENABLED = True
+
+
+@pytest.fixture(autouse=True)
 def plugin_tools(settings: Any) -> Any:
     settings.AGENTCONSOLE_TOOLS = [PLUGINS]
     wiring.registry.cache_clear()

@@ -14,6 +14,7 @@ from django.db import connections
 
 from runs import services
 from runs.domain.machine import Status
+from runs.isolation import MAX_OUTPUT_BYTES
 from tests.durable.durable_kit import Run, create, final, isolated_children, use
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -144,3 +145,67 @@ def test_secrets_reach_an_isolated_tool_but_are_never_stored(child_env, settings
     assert "sk-not-declared-000" not in stored
     handoffs = json.dumps([h.bundle for h in done.handoffs()])
     assert SECRET not in handoffs
+
+
+KIB = 1024
+
+
+@pytest.mark.parametrize("tool", ["durable_isolated_big", "durable_isolated_big_write"])
+def test_an_isolated_tool_may_answer_more_than_a_pipe_holds(child_env, tool):
+    """issue 9 item 5: a 200 KiB outcome (over the 64 KiB pipe, under MAX_OUTPUT_BYTES) is read
+    while the child runs: it succeeds. It used to block in write() until the deadline killed it
+    (a write then ended unknown, with a handoff for nothing)."""
+    run = create([use("p1", tool, size=200 * KIB), final("tool-1")], deadline_ms=600_000)
+    state = services.run_advance(run_id=run.run_id)
+    done = Run(run.run_id)
+    done.check()
+    assert [(r["status"], r["outcome"]["code"]) for r in done.ledger] == [("succeeded", None)]
+    assert state.status is Status.COMPLETED, state.stop_reason
+    assert len(done.observation("tool-1")["content"]["value"]["blob"]) == 200 * KIB
+    assert done.handoffs() == []
+    assert isolated_children() == set()
+
+
+@pytest.mark.parametrize(
+    ("tool", "ledger", "handoff"),
+    [
+        # A read has no effect: known not to have happened.
+        ("durable_isolated_big", "failed", False),
+        # A write printed its outcome after its effect: unknown (no reconcile: a person).
+        ("durable_isolated_big_write", "unknown", True),
+    ],
+)
+def test_an_isolated_tool_past_max_output_is_stopped_with_output_too_large(
+    child_env, tool, ledger, handoff
+):
+    """issue 9 item 5: a 2 MiB outcome passes MAX_OUTPUT_BYTES: the child is killed and the
+    call ends OUTPUT_TOO_LARGE (not TOOL_STOPPED at a deadline, which is 60 s away)."""
+    assert 2 * KIB * KIB > MAX_OUTPUT_BYTES
+    run = create([use("p1", tool, size=2 * KIB * KIB), final("tool-1")], deadline_ms=600_000)
+    services.run_advance(run_id=run.run_id)
+    done = Run(run.run_id)
+    done.check()
+    [row] = done.ledger
+    assert (row["status"], row["outcome"]["code"]) == (ledger, "OUTPUT_TOO_LARGE")
+    assert not any(o["citable"] for o in done.observations)
+    assert bool(done.handoffs()) is handoff
+    assert isolated_children() == set()
+
+
+@pytest.mark.parametrize(("enabled", "ledger", "code"), [
+    (True, "failed", "INJECTED_FAILURE"),
+    (False, "succeeded", None),
+])  # fmt: skip
+def test_an_isolated_child_applies_a_fault_plan_only_when_its_parent_does(
+    child_env, settings, enabled, ledger, code
+):
+    """issue 9 item 6: the child reads no fault plan unless the parent's executor is the fault
+    layer; a plan already stored on a run does nothing once fault injection is off."""
+    run = create(
+        [use("p1", "durable_isolated_echo", text="hi"), final("tool-1")],
+        faults={"tools": {"durable_isolated_echo": {"mode": "fail"}}},
+    )
+    settings.AGENTCONSOLE_FAULTS_ENABLED = enabled
+    services.run_advance(run_id=run.run_id)
+    [row] = Run(run.run_id).ledger
+    assert (row["status"], row["outcome"]["code"]) == (ledger, code)

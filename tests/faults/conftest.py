@@ -14,6 +14,13 @@ from agentconsole import wiring
 from tests.faults.fault_kit import PLUGIN, Cluster
 
 
+@pytest.fixture(autouse=True)
+def faults_enabled(settings: Any) -> None:
+    """This process creates runs with ``faults`` blocks; the workers get the same switch from
+    their environment (``fault_kit.cluster``, ``runs.faultlab.worker_process``)."""
+    settings.AGENTCONSOLE_FAULTS_ENABLED = True
+
+
 @pytest.fixture
 def stack(workers: Cluster, settings: Any) -> Iterator[Cluster]:
     """The module's cluster; this process sees the same plugin tools and run-output root."""

@@ -260,6 +260,7 @@ def cluster(
         "PYTHONUNBUFFERED": "1",
         "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(output_root),
         "AGENTCONSOLE_TOOLS": PLUGIN,
+        "AGENTCONSOLE_FAULTS_ENABLED": "1",  # off by default: the workers inject faults here
         TAG_ENV: tag,
         **(extra_env or {}),
     }

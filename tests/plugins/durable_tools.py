@@ -139,7 +139,18 @@ def _isolated_secret(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome
     )
 
 
+def _isolated_big(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """An outcome of ``size`` bytes: more than a pipe holds (64 KiB), maybe more than allowed."""
+    return ToolOutcome.succeeded({"ok": True, "blob": "x" * arguments["size"]})
+
+
+def _bad_output(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """Succeeds with an output its schema forbids: ``ok`` must be a boolean."""
+    return ToolOutcome.succeeded({"ok": "yes"})
+
+
 _WAIT_SCHEMA = _schema(seconds={"type": "number", "minimum": 0, "maximum": 60})
+_BIG_SCHEMA = _schema(size={"type": "integer", "minimum": 0, "maximum": 4 * 1024 * 1024})
 _ECHO_OUTPUT = {
     "type": "object",
     "properties": {"ok": {"type": "boolean"}, "pid": {"type": "integer"}, "echo": _TEXT},
@@ -183,6 +194,24 @@ TOOLS = [
         side_effect=SideEffect.COMPENSATABLE_WRITE,
         isolated=True,
         timeout_ms=300,
+    ),
+    _contract("durable_bad_output", _bad_output),
+    _contract("durable_isolated_bad_output", _bad_output, isolated=True, timeout_ms=20_000),
+    # Deadlines far away (60 s): an outcome here is never the deadline's doing.
+    _contract(
+        "durable_isolated_big",
+        _isolated_big,
+        input_schema=_BIG_SCHEMA,
+        isolated=True,
+        timeout_ms=60_000,
+    ),
+    _contract(
+        "durable_isolated_big_write",
+        _isolated_big,
+        input_schema=_BIG_SCHEMA,
+        side_effect=SideEffect.COMPENSATABLE_WRITE,
+        isolated=True,
+        timeout_ms=60_000,
     ),
     _contract(
         "durable_isolated_secret",

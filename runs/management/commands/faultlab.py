@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.faultlab import EXPERIMENTS, run_all
+from runs.faults import FaultsDisabled, require_faults_enabled
 
 
 class Command(BaseCommand):
@@ -20,6 +21,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            # A deployment that serves users runs with fault injection off: no fault lab there.
+            require_faults_enabled()
+        except FaultsDisabled as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from None
         try:
             report = run_all(names=options["only"])
         except RuntimeError as exc:
