@@ -24,6 +24,7 @@ from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from runs.limits import RunLimits, check_budgets, check_subject
 
 
 class ConfirmationMismatch(DomainError):
@@ -54,12 +55,17 @@ def run_create(
     enqueue: bool = False,
     faults: dict[str, Any] | None = None,
     queue: str | None = None,
+    limits: RunLimits | None = None,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
     Grants come from the caller (an operator, a scenario file), never from a planner output.
-    Scenario confirmations are bound to the hash of the proposal they name.
+    Scenario confirmations are bound to the hash of the proposal they name. The subject's
+    limits (``runs.limits``; from settings unless given) are checked here, so the API, the
+    scenario runner and the commands share them.
     """
+    limits = RunLimits.from_settings() if limits is None else limits
+    check_budgets(budgets, limits)
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     state = RunState(
@@ -95,6 +101,8 @@ def run_create(
         proposals[cid] = p
     store = wiring.store()
     with transaction.atomic():
+        # First in the transaction: the lock on the subject's row is held until the run exists.
+        check_subject(subject=subject, limits=limits, now_ms=now)
         store.create(
             state,
             grants=bound,
