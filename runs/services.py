@@ -147,9 +147,21 @@ def run_state(*, run_id: str) -> RunState:
     return wiring.store().load(run_id)
 
 
-def run_advance(*, run_id: str) -> RunState | None:
+def run_advance(*, run_id: str, slice_steps: int = 0, queue: str | None = None) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
-    holds it (that worker advances it; this one leaves it alone)."""
+    holds it (that worker advances it; this one leaves it alone).
+
+    With ``slice_steps`` (the worker's fairness slice), stop after that many planner steps and
+    hand the still-running run back to the end of ``queue``, so that one subject's long runs
+    cannot hold every worker while another subject's run waits. The lease is released before
+    the new message is sent: the task that takes the message must find the lease free. A crash
+    between the two leaves a running run with no lease and no message: the sweeper requeues it
+    once it is stale, so a hand-back never loses a run; the lease keeps two tasks for one run
+    (a hand-back and a sweeper's message) from ever advancing it at once.
+
+    Slicing is per run: a subject with k runs queued gets k turns for another subject's one.
+    That share is bounded by the active-runs limit (``runs.limits``), not by this function.
+    """
     from runs.leases import lease_acquire, lease_release, new_owner
 
     owner = new_owner()
@@ -160,11 +172,14 @@ def run_advance(*, run_id: str) -> RunState | None:
             raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
     try:
-        return wiring.runner(owner).advance(run_id)
+        state = wiring.runner(owner).advance(run_id, slice_steps=slice_steps)
     except LeaseLost:
         return None
     finally:
         lease_release(run_id=run_id, owner=owner)
+    if slice_steps and state.status is Status.RUNNING:
+        _enqueue_on_commit(run_id, queue)
+    return state
 
 
 def confirmation_decide(

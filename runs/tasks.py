@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
+from django.conf import settings
 
 from runs import services
 
 
-@shared_task(name="runs.advance_run", acks_late=True)
-def advance_run(run_id: str) -> str:
-    state = services.run_advance(run_id=run_id)
+@shared_task(name="runs.advance_run", acks_late=True, bind=True)
+def advance_run(self: Any, run_id: str) -> str:
+    # One fairness slice, then the run goes back to the end of the queue it came from (the
+    # routing key names it: a test's or the fault lab's private queue, or the default one).
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    state = services.run_advance(
+        run_id=run_id, slice_steps=settings.AGENTCONSOLE_WORKER_SLICE_STEPS, queue=queue
+    )
     # None: another worker holds the run's lease and advances it; this one leaves it alone.
     return state.status.value if state is not None else "leased-elsewhere"
 

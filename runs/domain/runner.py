@@ -71,6 +71,19 @@ def _no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
     yield
 
 
+class StepQuota(Protocol):
+    """A subject's daily step quota (``runs.limits``): one unit taken before each planner step."""
+
+    def take(self, subject: str, now_ms: int) -> bool: ...
+
+    def give_back(self, subject: str, now_ms: int) -> None: ...
+
+
+def _plans_next(state: RunState) -> bool:
+    """The run's next move is a new planner step (where a slice may end)."""
+    return state.status is Status.RUNNING and state.pending_proposal is None
+
+
 class SystemClock:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -87,6 +100,7 @@ class Runner:
         clock: Clock | None = None,
         context_extras: Callable[[RunState], dict[str, Any]] | None = None,
         watch: Watch | None = None,
+        quota: StepQuota | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -95,9 +109,18 @@ class Runner:
         self.clock = clock or SystemClock()
         self.context_extras = context_extras
         self.watch = watch or _no_watch
+        self.quota = quota
 
-    def advance(self, run_id: str, *, max_iterations: int = 100_000) -> RunState:
-        """Advance the run until it waits for a person, stops or ends; return its state."""
+    def advance(
+        self, run_id: str, *, max_iterations: int = 100_000, slice_steps: int = 0
+    ) -> RunState:
+        """Advance the run until it waits for a person, stops or ends; return its state.
+
+        With ``slice_steps``, return after that many planner steps with the run still
+        ``running``: the caller hands it back to the queue so other runs get a worker too.
+        Only a new planner step ends a slice (a pending proposal is settled first), so the
+        returned run holds no started command.
+        """
         planners: list[Planner] = []
 
         def planner() -> Planner:
@@ -107,11 +130,13 @@ class Runner:
             return planners[0]
 
         conflicts = 0
+        first_step: int | None = None
         # A started-but-unsettled ledger row can only be left by an earlier, dead worker: within
         # one advance every command is settled before the loop goes on. Look once, first.
         look_for_orphan = True
         for _ in range(max_iterations):
             state = self.store.load(run_id)
+            first_step = state.step if first_step is None else first_step
             if look_for_orphan and state.status in (Status.RUNNING, Status.CANCELLING):
                 look_for_orphan = False
                 orphan = self.store.started_command(run_id)
@@ -120,12 +145,20 @@ class Runner:
                     # command first, with its own token; never plan past an unknown effect.
                     self._recover(state, *orphan)
                     continue
+            if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
+                return state
+            taken: int | None = None
             try:
-                commit = self._next_commit(state, planner)
+                commit, taken = self._next_commit(state, planner)
                 if commit is None:
                     return state
+                if taken is not None and commit.state.step == state.step:
+                    self._give_back(state, taken)  # no step spent (the planner failed)
+                    taken = None
                 applied = self.store.apply(commit)
             except VersionConflict:
+                if taken is not None:
+                    self._give_back(state, taken)  # the step will be decided (and taken) again
                 # Someone else moved the run (a cancel, a decision, another worker): re-decide
                 # from the authoritative state. Bounded so a livelock surfaces as an error.
                 conflicts += 1
@@ -136,22 +169,39 @@ class Runner:
                 self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
 
-    def _next_commit(self, state: RunState, planner: Callable[[], Planner]) -> steps.Commit | None:
+    def _give_back(self, state: RunState, taken_at: int) -> None:
+        if self.quota is not None:
+            self.quota.give_back(state.subject, taken_at)
+
+    def _next_commit(
+        self, state: RunState, planner: Callable[[], Planner]
+    ) -> tuple[steps.Commit | None, int | None]:
+        """The next commit, and when a unit of the subject's step quota was taken for it."""
         if state.status is Status.CREATED:
-            return steps.start(state)
+            return steps.start(state), None
         if state.status is Status.CANCELLING:
-            return None if self.store.active_tool(state.run_id) else steps.finish_cancel(state)
+            return (
+                None if self.store.active_tool(state.run_id) else steps.finish_cancel(state)
+            ), None
         if state.status is not Status.RUNNING:
-            return None
+            return None, None
         now = self.clock.now_ms()
         resuming = state.pending_proposal is not None
         pre = steps.precheck(state, now_ms=now, resuming=resuming)
         if pre is not None:
-            return pre
+            return pre, None
         raw = None
         source = "pending"
         summary = None
+        taken = None
         if not resuming:
+            # Spent where steps are spent: before the planner is asked, not when the run was
+            # created. A crash between here and the commit costs the subject one step (the
+            # imprecision errs on the side of the limit).
+            if self.quota is not None:
+                if not self.quota.take(state.subject, now):
+                    return steps.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED"), None
+                taken = now
             context = self.context(state)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {
@@ -161,7 +211,7 @@ class Runner:
             try:
                 raw = planner().next(state, context)
             except PlannerError as exc:
-                return steps.fail(state, exc.code)
+                return steps.fail(state, exc.code), taken
             source = planner().source
         return steps.decide(
             state,
@@ -173,7 +223,7 @@ class Runner:
             lookups=self.store.lookups(state.run_id),
             now_ms=now,
             context_summary=summary,
-        )
+        ), taken
 
     def context(self, state: RunState) -> PlannerContext:
         """The bounded view the planner gets for its next step (also shown to operators)."""
