@@ -129,56 +129,75 @@ def run_create(
     return state
 
 
-def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:
+def _enqueue_on_commit(
+    run_id: str, queue: str | None = None, *, handed_back: str | None = None
+) -> None:
     # Tasks take ids only and are enqueued after commit, so a worker never sees a missing run.
-    transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
+    if handed_back is None:
+        transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
+    else:
+        transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue, handed_back=handed_back))
 
 
-def enqueue_advance(run_id: str, *, queue: str | None = None) -> None:
+def enqueue_advance(
+    run_id: str, *, queue: str | None = None, handed_back: str | None = None
+) -> None:
     from runs.tasks import advance_run
 
+    args = (run_id,) if handed_back is None else (run_id, handed_back)
     if queue:
-        advance_run.apply_async((run_id,), queue=queue)
+        advance_run.apply_async(args, queue=queue)
     else:
-        advance_run.delay(run_id)
+        advance_run.apply_async(args)
 
 
 def run_state(*, run_id: str) -> RunState:
     return wiring.store().load(run_id)
 
 
-def run_advance(*, run_id: str, slice_steps: int = 0, queue: str | None = None) -> RunState | None:
+def run_advance(
+    *,
+    run_id: str,
+    slice_steps: int = 0,
+    queue: str | None = None,
+    handed_back: str | None = None,
+) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
     holds it (that worker advances it; this one leaves it alone).
 
     With ``slice_steps`` (the worker's fairness slice), stop after that many planner steps and
     hand the still-running run back to the end of ``queue``, so that one subject's long runs
     cannot hold every worker while another subject's run waits. The lease is released before
-    the new message is sent: the task that takes the message must find the lease free. A crash
-    between the two leaves a running run with no lease and no message: the sweeper requeues it
-    once it is stale, so a hand-back never loses a run; the lease keeps two tasks for one run
-    (a hand-back and a sweeper's message) from ever advancing it at once.
+    the new message is sent, and names that message (``handed_back``; see
+    ``runs.leases.lease_acquire``): the task that takes it finds the lease free, and a
+    duplicate of an older turn drops out. A crash between the two leaves a running run with an
+    expired lease and no message: the sweeper requeues it once it is stale, so a hand-back
+    never loses a run; the lease keeps two tasks for one run from advancing it at once.
 
     Slicing is per run: a subject with k runs queued gets k turns for another subject's one.
     That share is bounded by the active-runs limit (``runs.limits``), not by this function.
     """
-    from runs.leases import lease_acquire, lease_release, new_owner
+    from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 
     owner = new_owner()
-    if not lease_acquire(run_id=run_id, owner=owner):
+    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back):
         from runs.models import Run
 
         if not Run.objects.filter(pk=run_id).exists():
             raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
+    next_message = None
     try:
         state = wiring.runner(owner).advance(run_id, slice_steps=slice_steps)
+        if slice_steps and state.status is Status.RUNNING:
+            next_message = lease_hand_back(run_id=run_id, owner=owner)
     except LeaseLost:
         return None
     finally:
-        lease_release(run_id=run_id, owner=owner)
-    if slice_steps and state.status is Status.RUNNING:
-        _enqueue_on_commit(run_id, queue)
+        if next_message is None:
+            lease_release(run_id=run_id, owner=owner)
+    if next_message is not None:
+        _enqueue_on_commit(run_id, queue, handed_back=next_message)
     return state
 
 

@@ -26,9 +26,11 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Each hand-back, with the run's lease owner at the moment the message is sent."""
     calls: list[dict[str, Any]] = []
 
-    def record(run_id: str, *, queue: str | None = None) -> None:
+    def record(run_id: str, *, queue: str | None = None, handed_back: str | None = None) -> None:
         lease = m.Run.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
-        calls.append({"run_id": run_id, "queue": queue, "lease_owner": lease})
+        calls.append(
+            {"run_id": run_id, "queue": queue, "lease_owner": lease, "handed_back": handed_back}
+        )
 
     monkeypatch.setattr(services, "enqueue_advance", record)
     return calls
@@ -50,11 +52,42 @@ def test_a_slice_returns_the_run_running_and_hands_it_back_after_releasing_the_l
 
     assert state is not None
     assert (state.status, state.step) == (Status.RUNNING, 5)
-    assert enqueued == [{"run_id": run_id, "queue": "q-test", "lease_owner": None}]
+    [sent] = enqueued
+    assert (sent["run_id"], sent["queue"]) == (run_id, "q-test")
+    # The worker's lease is gone when the message leaves; the run names that message instead.
+    assert sent["lease_owner"] == sent["handed_back"]
+    assert sent["handed_back"].startswith("queued:")
     assert not m.LedgerEntry.objects.filter(run_id=run_id, status="started").exists()
-    services.run_advance(run_id=run_id, slice_steps=5, queue="q-test")
+    services.run_advance(
+        run_id=run_id, slice_steps=5, queue="q-test", handed_back=sent["handed_back"]
+    )
     assert m.Run.objects.get(pk=run_id).step == 10
     assert len(enqueued) == 2
+
+
+def test_a_duplicate_of_an_older_turn_drops_out_and_the_current_one_goes_on(
+    enqueued: list[dict[str, Any]],
+) -> None:
+    """issue 9 item 10: hand-backs cannot multiply. A run that waited long in the queue is sent
+    again by the sweeper (a message with no name); whichever message advances it next hands it
+    back under a new name, and the older hand-back message then finds nothing to do."""
+    run_id = long_run(30)
+    services.run_advance(run_id=run_id, slice_steps=5)
+    first = enqueued[-1]["handed_back"]
+
+    swept = services.run_advance(run_id=run_id, slice_steps=5)  # the sweeper's message
+    assert swept is not None
+    assert swept.step == 10
+    second = enqueued[-1]["handed_back"]
+    assert second != first
+
+    assert services.run_advance(run_id=run_id, slice_steps=5, handed_back=first) is None
+    assert m.Run.objects.get(pk=run_id).step == 10  # the duplicate did not advance it
+    assert len(enqueued) == 2  # nor send another message
+    state = services.run_advance(run_id=run_id, slice_steps=5, handed_back=second)
+    assert state is not None
+    assert state.step == 15
+    assert len(enqueued) == 3
 
 
 def test_a_run_that_waits_or_ends_within_its_slice_is_not_handed_back(
