@@ -60,14 +60,14 @@ def run_create(
     """Create a run with trusted grants bound to its new id.
 
     Grants come from the caller (an operator, a scenario file), never from a planner output.
-    Scenario confirmations are bound to the hash of the proposal they name. The subject's
-    limits (``runs.limits``; from settings unless given) are checked here, so the API, the
-    scenario runner and the commands share them.
+    Scenario confirmations are bound to the hash of the proposal they name.
     """
-    limits = RunLimits.from_settings() if limits is None else limits
-    check_budgets(budgets, limits)
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    # The subject's limits (runs.limits; from settings unless given) are checked here, so the
+    # API, the scenario runner and the commands share them.
+    limits = RunLimits.from_settings() if limits is None else limits
+    check_budgets(budgets, limits)
     state = RunState(
         run_id=run_id,
         subject=subject,
@@ -129,14 +129,9 @@ def run_create(
     return state
 
 
-def _enqueue_on_commit(
-    run_id: str, queue: str | None = None, *, handed_back: str | None = None
-) -> None:
+def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:
     # Tasks take ids only and are enqueued after commit, so a worker never sees a missing run.
-    if handed_back is None:
-        transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
-    else:
-        transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue, handed_back=handed_back))
+    transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
 
 
 def enqueue_advance(
@@ -197,7 +192,9 @@ def run_advance(
         if next_message is None:
             lease_release(run_id=run_id, owner=owner)
     if next_message is not None:
-        _enqueue_on_commit(run_id, queue, handed_back=next_message)
+        transaction.on_commit(
+            lambda: enqueue_advance(run_id, queue=queue, handed_back=next_message)
+        )
     return state
 
 

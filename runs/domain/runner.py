@@ -110,6 +110,9 @@ class Runner:
         self.context_extras = context_extras
         self.watch = watch or _no_watch
         self.quota = quota
+        # (run id, step number) whose quota unit is paid: a commit that lost a race is decided
+        # again for the same step and must not pay twice.
+        self._paid: tuple[str, int] | None = None
 
     def advance(
         self, run_id: str, *, max_iterations: int = 100_000, slice_steps: int = 0
@@ -147,18 +150,12 @@ class Runner:
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
                 return state
-            taken: int | None = None
             try:
-                commit, taken = self._next_commit(state, planner)
+                commit = self._next_commit(state, planner)
                 if commit is None:
                     return state
-                if taken is not None and commit.state.step == state.step:
-                    self._give_back(state, taken)  # no step spent (the planner failed)
-                    taken = None
                 applied = self.store.apply(commit)
             except VersionConflict:
-                if taken is not None:
-                    self._give_back(state, taken)  # the step will be decided (and taken) again
                 # Someone else moved the run (a cancel, a decision, another worker): re-decide
                 # from the authoritative state. Bounded so a livelock surfaces as an error.
                 conflicts += 1
@@ -169,39 +166,24 @@ class Runner:
                 self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
 
-    def _give_back(self, state: RunState, taken_at: int) -> None:
-        if self.quota is not None:
-            self.quota.give_back(state.subject, taken_at)
-
-    def _next_commit(
-        self, state: RunState, planner: Callable[[], Planner]
-    ) -> tuple[steps.Commit | None, int | None]:
-        """The next commit, and when a unit of the subject's step quota was taken for it."""
+    def _next_commit(self, state: RunState, planner: Callable[[], Planner]) -> steps.Commit | None:
         if state.status is Status.CREATED:
-            return steps.start(state), None
+            return steps.start(state)
         if state.status is Status.CANCELLING:
-            return (
-                None if self.store.active_tool(state.run_id) else steps.finish_cancel(state)
-            ), None
+            return None if self.store.active_tool(state.run_id) else steps.finish_cancel(state)
         if state.status is not Status.RUNNING:
-            return None, None
+            return None
         now = self.clock.now_ms()
         resuming = state.pending_proposal is not None
         pre = steps.precheck(state, now_ms=now, resuming=resuming)
         if pre is not None:
-            return pre, None
+            return pre
         raw = None
         source = "pending"
         summary = None
-        taken = None
         if not resuming:
-            # Spent where steps are spent: before the planner is asked, not when the run was
-            # created. A crash between here and the commit costs the subject one step (the
-            # imprecision errs on the side of the limit).
-            if self.quota is not None:
-                if not self.quota.take(state.subject, now):
-                    return steps.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED"), None
-                taken = now
+            if not self._pay_step(state, now):
+                return steps.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED")
             context = self.context(state)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {
@@ -211,7 +193,8 @@ class Runner:
             try:
                 raw = planner().next(state, context)
             except PlannerError as exc:
-                return steps.fail(state, exc.code), taken
+                self._refund_step(state, now)  # no step is spent
+                return steps.fail(state, exc.code)
             source = planner().source
         return steps.decide(
             state,
@@ -223,7 +206,25 @@ class Runner:
             lookups=self.store.lookups(state.run_id),
             now_ms=now,
             context_summary=summary,
-        ), taken
+        )
+
+    def _pay_step(self, state: RunState, now_ms: int) -> bool:
+        """Spend one unit of the subject's daily quota on the step about to be planned; False
+        if the quota is spent. Paid where steps are spent, before the planner is asked. A crash
+        before the step commits costs the subject one step: the imprecision errs on the side of
+        the limit."""
+        key = (state.run_id, state.step + 1)
+        if self.quota is None or self._paid == key:
+            return True
+        if not self.quota.take(state.subject, now_ms):
+            return False
+        self._paid = key
+        return True
+
+    def _refund_step(self, state: RunState, now_ms: int) -> None:
+        if self.quota is not None and self._paid == (state.run_id, state.step + 1):
+            self._paid = None
+            self.quota.give_back(state.subject, now_ms)
 
     def context(self, state: RunState) -> PlannerContext:
         """The bounded view the planner gets for its next step (also shown to operators)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from policy.domain.errors import VersionConflict
 from runs.domain import trace as ev
 from runs.domain.machine import Status
 from tests.domain.toolkit import SUBJECT, final, harness, tool
@@ -85,3 +86,25 @@ def test_an_advance_with_a_slice_returns_after_that_many_steps_still_running() -
     assert (second.status, second.step) == (Status.RUNNING, 6)
     last = h.runner.advance(h.run_id, slice_steps=3)
     assert (last.status, last.step) == (Status.COMPLETED, 8)
+
+
+def test_a_step_decided_again_after_a_conflict_is_paid_once() -> None:
+    """issue 9 item 10: a commit that loses a race is decided again for the same step; the
+    subject pays for that step once."""
+    h = harness([*searches(2), final("done", ["tool-1"])], max_steps=10, max_tool_calls=10)
+    h.runner.quota = quota = DictQuota(10)
+    apply = h.store.apply
+    lost: list[int] = []
+
+    def apply_losing_each_first_try(commit):
+        step = commit.state.step
+        if commit.state.status is Status.RUNNING and step > 0 and step not in lost:
+            lost.append(step)
+            raise VersionConflict("another writer won", run_id=h.run_id)
+        return apply(commit)
+
+    h.store.apply = apply_losing_each_first_try
+
+    assert h.advance().status is Status.COMPLETED
+    assert lost == [1, 2]
+    assert sum(quota.spent.values()) == 3  # three planner steps, each paid once
