@@ -7,6 +7,8 @@ caller injects, never the wall clock.
 from __future__ import annotations
 
 import datetime as dt
+import json
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.limits import DAY_MS, OrmStepQuota, RunLimits
+from runs.scenarios import parse_scenario, run_scenario
 from tests.services.services_kit import SEARCH_GRANT
 from tests.services.test_concurrency import THREADS, race
 
@@ -137,3 +140,21 @@ def test_twenty_workers_spending_the_last_steps_at_once_spend_exactly_the_quota(
     assert results.count(True) == 5, results
     assert results.count(False) == THREADS - 5, results
     assert m.SubjectUsage.objects.get(subject="alice").steps == 5
+
+
+def test_the_scenario_runner_meets_the_same_limits(settings: Any) -> None:
+    """issue 9 item 10: the limits live in run_create, so a scenario file (run_fixture, the
+    fault lab) is held to them like the API."""
+    settings.AGENTCONSOLE_MAX_STEPS_PER_RUN = 100
+    text = json.dumps(
+        {
+            "subject": "alice",
+            "goal": "g",
+            "budgets": {"max_steps": 101},
+            "planner": [{"kind": "final", "answer": "done"}],
+        }
+    )
+    with pytest.raises(DomainError) as refused:
+        run_scenario(parse_scenario(text))
+    assert refused.value.code == "STEP_BUDGET_TOO_LARGE"
+    assert not m.Run.objects.exists()
