@@ -351,3 +351,29 @@ LOGGING = {
     # Django's own handler would print request warnings a second time.
     "loggers": {"django": {"handlers": [], "propagate": True}},
 }
+
+# --- Per-subject limits (issue 9 item 10; runs/limits.py) --------------------------------------
+# One subject must not stall everyone. Each limit counts per subject (whom a run acts for); 0
+# switches a limit off. Refusals: ACTIVE_RUNS_LIMIT (429), STEP_BUDGET_TOO_LARGE (400),
+# DEADLINE_TOO_FAR (400), DAILY_STEP_QUOTA_EXHAUSTED (429 + Retry-After), RUN_CREATE_THROTTLED
+# (429 + Retry-After).
+
+# Non-terminal runs (created, running, waiting for a person, cancelling) one subject may have.
+AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = int(
+    os.environ.get("AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT", "10")
+)
+# Ceiling on a run's step budget (budgets.max_steps); a request above it is refused.
+AGENTCONSOLE_MAX_STEPS_PER_RUN = int(os.environ.get("AGENTCONSOLE_MAX_STEPS_PER_RUN", "1000"))
+# Ceiling on a run's deadline (budgets.deadline_ms, relative to creation); default one day.
+AGENTCONSOLE_MAX_DEADLINE_MS = int(os.environ.get("AGENTCONSOLE_MAX_DEADLINE_MS", "86400000"))
+# Planner steps per subject per UTC day, over all its runs; a run that meets it mid-flight stops
+# with DAILY_STEP_QUOTA_EXHAUSTED and a handoff.
+AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT = int(
+    os.environ.get("AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT", "20000")
+)
+# Run creation requests per user (DRF throttle rate, "<n>/<sec|min|hour|day>"; "" = off). The
+# count lives in the default cache: point CACHES at Redis when several web processes serve.
+AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "30/min")
+# Fairness: a worker advances a run for at most this many planner steps, then hands it back to
+# the end of the queue so other subjects' runs interleave (0 = until it waits or ends).
+AGENTCONSOLE_WORKER_SLICE_STEPS = int(os.environ.get("AGENTCONSOLE_WORKER_SLICE_STEPS", "20"))

@@ -119,6 +119,7 @@ def executor() -> ThreadExecutor:
 def runner(lease_owner: str | None = None) -> Runner:
     from memory.selectors import preferences_for_planner
     from runs.leases import watch_tool
+    from runs.limits import step_quota
 
     return Runner(
         store=store(lease_owner),
@@ -127,4 +128,5 @@ def runner(lease_owner: str | None = None) -> Runner:
         executor=executor(),
         planner_for=planner_for,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
+        quota=step_quota(),
     )

@@ -159,6 +159,7 @@ def _runner(steps: int):
 def _new_run(steps: int) -> str:
     from runs import services
     from runs.domain.budgets import RunBudgets
+    from runs.limits import RunLimits
 
     outputs = [
         {
@@ -176,6 +177,8 @@ def _new_run(steps: int) -> str:
         budgets=RunBudgets(max_steps=steps + 1, max_tool_calls=steps + 1, deadline_ms=3_600_000),
         grants=[{"capability": "bench:noop", "resource_scope": "*", "expires_at_step": steps + 1}],
         planner={"kind": "fixture", "outputs": outputs},
+        # A measurement, not a user: the per-subject limits (runs.limits) would cut it short.
+        limits=RunLimits.off(),
     )
     return state.run_id
 

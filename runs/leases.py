@@ -40,16 +40,41 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def lease_acquire(*, run_id: str, owner: str) -> bool:
-    """Take the lease if it is free, expired or already ours. True iff we hold it now."""
+# A run handed back to the queue (a fairness slice ended) names the one message that carries it.
+HANDED_BACK = "queued:"
+
+
+def lease_acquire(*, run_id: str, owner: str, handed_back: str | None = None) -> bool:
+    """Take the lease if it is free, expired or already ours. True iff we hold it now.
+
+    ``handed_back``: the message a hand-back sent takes the run only while the run still
+    names it. A duplicate of an earlier turn (the sweeper re-sends a run that waited long in
+    the queue) then finds another name and drops out, so duplicates never multiply into extra
+    turns; the run is never left without a message, since a newer name means a newer message.
+    """
     now = timezone.now()
+    if handed_back is not None:
+        claimable = Q(lease_owner=handed_back)
+    else:
+        claimable = Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
     # The race: two workers read "free" at once; the WHERE clause makes one UPDATE match.
     taken = (
         Run.objects.filter(pk=run_id)
-        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner))
+        .filter(claimable)
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
     )
     return taken == 1
+
+
+def lease_hand_back(*, run_id: str, owner: str) -> str | None:
+    """Release our lease naming the message that will carry the run next; None if we no longer
+    held it. The lease is expired at once: any other message (a decision, a cancel, the
+    sweeper) may take the run too, exactly as after ``lease_release``."""
+    name = f"{HANDED_BACK}{uuid.uuid4().hex}"
+    released = Run.objects.filter(pk=run_id, lease_owner=owner).update(
+        lease_owner=name, lease_expires_at=timezone.now()
+    )
+    return name if released == 1 else None
 
 
 def lease_renew(*, run_id: str, owner: str) -> bool:

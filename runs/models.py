@@ -310,3 +310,24 @@ class FaultFiring(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.fault}"
+
+
+class SubjectUsage(models.Model):
+    """Per-subject limits (runs.limits): one row per subject.
+
+    Creating a run locks this row so concurrent creates count the subject's active runs one
+    after the other; the runner spends the daily step quota on it by compare-and-set. Only the
+    current day is kept: a new day resets ``steps`` in the same UPDATE.
+    """
+
+    subject = models.CharField(primary_key=True, max_length=128)
+    day = models.DateField()
+    steps = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(steps__gte=0), name="subject_usage_steps_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.steps} steps on {self.day}"

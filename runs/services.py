@@ -26,6 +26,7 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from runs.limits import RunLimits, check_budgets, check_subject
 
 
 class ConfirmationMismatch(DomainError):
@@ -61,6 +62,7 @@ def run_create(
     enqueue: bool = False,
     faults: dict[str, Any] | None = None,
     queue: str | None = None,
+    limits: RunLimits | None = None,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -78,6 +80,10 @@ def run_create(
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    # The subject's limits (runs.limits; from settings unless given) are checked here, so the
+    # API, the scenario runner and the commands share them.
+    limits = RunLimits.from_settings() if limits is None else limits
+    check_budgets(budgets, limits)
     state = RunState(
         run_id=run_id,
         subject=subject,
@@ -112,6 +118,8 @@ def run_create(
         proposals[cid] = p
     store = wiring.store()
     with transaction.atomic():
+        # First in the transaction: the lock on the subject's row is held until the run exists.
+        check_subject(subject=subject, limits=limits, now_ms=now)
         store.create(
             state,
             grants=bound,
@@ -151,37 +159,68 @@ def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:
     transaction.on_commit(lambda: enqueue_advance(run_id, queue=queue))
 
 
-def enqueue_advance(run_id: str, *, queue: str | None = None) -> None:
+def enqueue_advance(
+    run_id: str, *, queue: str | None = None, handed_back: str | None = None
+) -> None:
     from runs.tasks import advance_run
 
+    args = (run_id,) if handed_back is None else (run_id, handed_back)
     if queue:
-        advance_run.apply_async((run_id,), queue=queue)
+        advance_run.apply_async(args, queue=queue)
     else:
-        advance_run.delay(run_id)
+        advance_run.apply_async(args)
 
 
 def run_state(*, run_id: str) -> RunState:
     return wiring.store().load(run_id)
 
 
-def run_advance(*, run_id: str) -> RunState | None:
+def run_advance(
+    *,
+    run_id: str,
+    slice_steps: int = 0,
+    queue: str | None = None,
+    handed_back: str | None = None,
+) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
-    holds it (that worker advances it; this one leaves it alone)."""
-    from runs.leases import lease_acquire, lease_release, new_owner
+    holds it (that worker advances it; this one leaves it alone).
+
+    With ``slice_steps`` (the worker's fairness slice), stop after that many planner steps and
+    hand the still-running run back to the end of ``queue``, so that one subject's long runs
+    cannot hold every worker while another subject's run waits. The lease is released before
+    the new message is sent, and names that message (``handed_back``; see
+    ``runs.leases.lease_acquire``): the task that takes it finds the lease free, and a
+    duplicate of an older turn drops out. A crash between the two leaves a running run with an
+    expired lease and no message: the sweeper requeues it once it is stale, so a hand-back
+    never loses a run; the lease keeps two tasks for one run from advancing it at once.
+
+    Slicing is per run: a subject with k runs queued gets k turns for another subject's one.
+    That share is bounded by the active-runs limit (``runs.limits``), not by this function.
+    """
+    from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 
     owner = new_owner()
-    if not lease_acquire(run_id=run_id, owner=owner):
+    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back):
         from runs.models import Run
 
         if not Run.objects.filter(pk=run_id).exists():
             raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
+    next_message = None
     try:
-        return wiring.runner(owner).advance(run_id)
+        state = wiring.runner(owner).advance(run_id, slice_steps=slice_steps)
+        if slice_steps and state.status is Status.RUNNING:
+            next_message = lease_hand_back(run_id=run_id, owner=owner)
     except LeaseLost:
         return None
     finally:
-        lease_release(run_id=run_id, owner=owner)
+        if next_message is None:
+            lease_release(run_id=run_id, owner=owner)
+    if next_message is not None:
+        transaction.on_commit(
+            lambda: enqueue_advance(run_id, queue=queue, handed_back=next_message)
+        )
+    return state
 
 
 def confirmation_decide(

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
+from django.conf import settings
 
 from runs import services
 
 
-@shared_task(name="runs.advance_run", acks_late=True)
-def advance_run(run_id: str) -> str:
-    state = services.run_advance(run_id=run_id)
+@shared_task(name="runs.advance_run", acks_late=True, bind=True)
+def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
+    # One fairness slice, then the run goes back to the end of the queue it came from (the
+    # routing key names it: a test's or the fault lab's private queue, or the default one; so
+    # with Celery's default routing, one direct exchange per queue. A deployment that routes by
+    # other keys must route runs.advance_run in the worker too). A lost hand-back message only
+    # delays the run until the sweeper requeues it.
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    state = services.run_advance(
+        run_id=run_id,
+        slice_steps=settings.AGENTCONSOLE_WORKER_SLICE_STEPS,
+        queue=queue,
+        handed_back=handed_back,
+    )
     # None: another worker holds the run's lease and advances it; this one leaves it alone.
     return state.status.value if state is not None else "leased-elsewhere"
 

@@ -25,6 +25,10 @@ _SAFE_ACTIONS: dict[str, list[str]] = {
     ],
     "POLLING_LIMIT_REACHED": ["check the polled resource by hand", "start a new run later"],
     "MAX_STEPS_REACHED": ["review the partial artifacts", "start a new run with a larger budget"],
+    "DAILY_STEP_QUOTA_EXHAUSTED": [
+        "review the partial artifacts",
+        "start a new run on the next UTC day, or raise AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT",
+    ],
     "MAX_TOOL_CALLS_REACHED": [
         "review the partial artifacts",
         "start a new run with a larger budget",

@@ -71,6 +71,19 @@ def _no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
     yield
 
 
+class StepQuota(Protocol):
+    """A subject's daily step quota (``runs.limits``): one unit taken before each planner step."""
+
+    def take(self, subject: str, now_ms: int) -> bool: ...
+
+    def give_back(self, subject: str, now_ms: int) -> None: ...
+
+
+def _plans_next(state: RunState) -> bool:
+    """The run's next move is a new planner step (where a slice may end)."""
+    return state.status is Status.RUNNING and state.pending_proposal is None
+
+
 class SystemClock:
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -87,6 +100,7 @@ class Runner:
         clock: Clock | None = None,
         context_extras: Callable[[RunState], dict[str, Any]] | None = None,
         watch: Watch | None = None,
+        quota: StepQuota | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -95,9 +109,21 @@ class Runner:
         self.clock = clock or SystemClock()
         self.context_extras = context_extras
         self.watch = watch or _no_watch
+        self.quota = quota
+        # (run id, step number) whose quota unit is paid: a commit that lost a race is decided
+        # again for the same step and must not pay twice.
+        self._paid: tuple[str, int] | None = None
 
-    def advance(self, run_id: str, *, max_iterations: int = 100_000) -> RunState:
-        """Advance the run until it waits for a person, stops or ends; return its state."""
+    def advance(
+        self, run_id: str, *, max_iterations: int = 100_000, slice_steps: int = 0
+    ) -> RunState:
+        """Advance the run until it waits for a person, stops or ends; return its state.
+
+        With ``slice_steps``, return after that many planner steps with the run still
+        ``running``: the caller hands it back to the queue so other runs get a worker too.
+        Only a new planner step ends a slice (a pending proposal is settled first), so the
+        returned run holds no started command.
+        """
         planners: list[Planner] = []
 
         def planner() -> Planner:
@@ -107,11 +133,13 @@ class Runner:
             return planners[0]
 
         conflicts = 0
+        first_step: int | None = None
         # A started-but-unsettled ledger row can only be left by an earlier, dead worker: within
         # one advance every command is settled before the loop goes on. Look once, first.
         look_for_orphan = True
         for _ in range(max_iterations):
             state = self.store.load(run_id)
+            first_step = state.step if first_step is None else first_step
             if look_for_orphan and state.status in (Status.RUNNING, Status.CANCELLING):
                 look_for_orphan = False
                 orphan = self.store.started_command(run_id)
@@ -120,6 +148,8 @@ class Runner:
                     # command first, with its own token; never plan past an unknown effect.
                     self._recover(state, *orphan)
                     continue
+            if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
+                return state
             try:
                 commit = self._next_commit(state, planner)
                 if commit is None:
@@ -168,6 +198,8 @@ class Runner:
         source = "pending"
         summary = None
         if not resuming:
+            if not self._pay_step(state, now):
+                return steps.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED")
             context = self.context(state)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {
@@ -177,6 +209,7 @@ class Runner:
             try:
                 raw = planner().next(state, context)
             except PlannerError as exc:
+                self._refund_step(state, now)  # no step is spent
                 return steps.fail(state, exc.code)
             source = planner().source
         return steps.decide(
@@ -190,6 +223,24 @@ class Runner:
             now_ms=now,
             context_summary=summary,
         )
+
+    def _pay_step(self, state: RunState, now_ms: int) -> bool:
+        """Spend one unit of the subject's daily quota on the step about to be planned; False
+        if the quota is spent. Paid where steps are spent, before the planner is asked. A crash
+        before the step commits costs the subject one step: the imprecision errs on the side of
+        the limit."""
+        key = (state.run_id, state.step + 1)
+        if self.quota is None or self._paid == key:
+            return True
+        if not self.quota.take(state.subject, now_ms):
+            return False
+        self._paid = key
+        return True
+
+    def _refund_step(self, state: RunState, now_ms: int) -> None:
+        if self.quota is not None and self._paid == (state.run_id, state.step + 1):
+            self._paid = None
+            self.quota.give_back(state.subject, now_ms)
 
     def context(self, state: RunState) -> PlannerContext:
         """The bounded view the planner gets for its next step (also shown to operators)."""

@@ -721,6 +721,15 @@ def fail(state: RunState, reason: str, **details: Any) -> Commit:
     return b.done()
 
 
+def quota_exhausted(state: RunState, reason: str) -> Commit:
+    """A quota outside the run's own budgets is spent (the subject's daily steps): the run
+    stops as it does at MAX_STEPS_REACHED, failed with a handoff, never silently."""
+    b = _Builder(state, None)
+    b.stop(Event.FAIL, reason, None, step=state.step)
+    b.commit.handoff_reason = reason
+    return b.done()
+
+
 def finish_cancel(state: RunState) -> Commit:
     """cancelling → cancelled once no tool is active (its effect is already recorded)."""
     b = _Builder(state, None)

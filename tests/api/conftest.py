@@ -77,6 +77,19 @@ def run_output_root(settings: Any, tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(autouse=True)
+def fresh_run_create_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test counts its own run creations (the throttle's cache would otherwise carry the
+    count of earlier tests' users, whose ids the flush reuses)."""
+    import uuid
+
+    from django.core.cache.backends.locmem import LocMemCache
+
+    from runs.apis import RunCreateThrottle
+
+    monkeypatch.setattr(RunCreateThrottle, "cache", LocMemCache(uuid.uuid4().hex, {}))
+
+
 class Enqueued(list):
     """Run ids handed to the queue, in order (thread-safe: the live server appends too)."""
 

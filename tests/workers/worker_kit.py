@@ -67,12 +67,17 @@ def producer_routed(queue: str, transport_options: dict[str, Any] | None) -> Ite
     from agentconsole.celery import app
 
     def reset() -> None:
+        from kombu import pools
+
         app.amqp.flush_routes()
         app.amqp.__dict__.pop("router", None)
         if app._pool is not None:
             app._pool.force_close_all()
         app._pool = None  # what Celery itself does after a fork
         app.amqp._producer_pool = None
+        # kombu keeps its pools per broker URL and options in process-wide dicts: on Redis the
+        # next worker module's URL is the same, and would get the pool closed just above.
+        pools.reset()
 
     saved = {k: app.conf[k] for k in ("task_routes", "broker_transport_options")}
     app.conf.task_routes = {"runs.advance_run": {"queue": queue}}

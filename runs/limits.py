@@ -1,0 +1,204 @@
+"""Per-subject limits (issue 9 item 10): what one subject may ask of the runtime.
+
+A run is owned by the subject it acts for (the API lets a non-admin start runs only for their
+own name), so every limit counts per subject:
+
+- ``max_active_runs``: non-terminal runs (created, running, waiting, cancelling) at once;
+- ``max_steps_per_run``: a ceiling on the step budget a caller may ask for. Above it the
+  request is *refused*, not clamped: a clamped run would stop later with MAX_STEPS_REACHED
+  and open a handoff for a budget the caller never knew was cut; a refusal costs nothing and
+  names the ceiling, so the caller can ask again;
+- ``max_deadline_ms``: a ceiling on the deadline a caller may ask for (refused the same way);
+- ``daily_steps``: planner steps per subject per UTC day, counted where a step is spent (the
+  runner, before it asks the planner); a run that meets the quota mid-flight stops with
+  DAILY_STEP_QUOTA_EXHAUSTED and a handoff, like MAX_STEPS_REACHED; a create while the quota is
+  spent is refused with the time until the next day.
+
+A limit of 0 switches that limit off. Values come from settings (env-driven, see the
+"Per-subject limits" block in agentconsole/settings.py); callers that need other values (a
+benchmark) pass their own ``RunLimits``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Case, F, Q, Value, When
+
+from policy.domain.errors import DomainError
+from runs.domain.budgets import RunBudgets
+from runs.domain.machine import TERMINAL
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class LimitError(DomainError):
+    """A refusal because of a per-subject limit; ``retry_after_s`` when waiting helps."""
+
+    retry_after_s: int | None = None
+
+
+class ActiveRunsLimit(LimitError):
+    code = "ACTIVE_RUNS_LIMIT"
+    http_status = 429
+
+
+class StepBudgetTooLarge(LimitError):
+    code = "STEP_BUDGET_TOO_LARGE"
+    http_status = 400
+
+
+class DeadlineTooFar(LimitError):
+    code = "DEADLINE_TOO_FAR"
+    http_status = 400
+
+
+class DailyStepQuotaExhausted(LimitError):
+    code = "DAILY_STEP_QUOTA_EXHAUSTED"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int, **extra: object) -> None:
+        super().__init__(message, retry_after_s=retry_after_s, **extra)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    max_active_runs: int
+    max_steps_per_run: int
+    max_deadline_ms: int
+    daily_steps: int
+
+    @classmethod
+    def from_settings(cls) -> RunLimits:
+        return cls(
+            max_active_runs=settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT,
+            max_steps_per_run=settings.AGENTCONSOLE_MAX_STEPS_PER_RUN,
+            max_deadline_ms=settings.AGENTCONSOLE_MAX_DEADLINE_MS,
+            daily_steps=settings.AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT,
+        )
+
+    @classmethod
+    def off(cls) -> RunLimits:
+        return cls(max_active_runs=0, max_steps_per_run=0, max_deadline_ms=0, daily_steps=0)
+
+
+def utc_day(now_ms: int) -> dt.date:
+    return dt.datetime.fromtimestamp(now_ms / 1000, tz=dt.UTC).date()
+
+
+def seconds_to_next_day(now_ms: int) -> int:
+    return max(1, -(-(DAY_MS - now_ms % DAY_MS) // 1000))
+
+
+def check_budgets(budgets: RunBudgets, limits: RunLimits) -> None:
+    """The ceilings on what a caller may ask for; no database needed."""
+    if limits.max_steps_per_run and budgets.max_steps > limits.max_steps_per_run:
+        raise StepBudgetTooLarge(
+            f"max_steps {budgets.max_steps} is above the ceiling of {limits.max_steps_per_run}",
+            max_steps=budgets.max_steps,
+            ceiling=limits.max_steps_per_run,
+        )
+    if limits.max_deadline_ms and budgets.deadline_ms > limits.max_deadline_ms:
+        raise DeadlineTooFar(
+            f"deadline_ms {budgets.deadline_ms} is above the ceiling of {limits.max_deadline_ms}",
+            deadline_ms=budgets.deadline_ms,
+            ceiling=limits.max_deadline_ms,
+        )
+
+
+def check_subject(*, subject: str, limits: RunLimits, now_ms: int) -> None:
+    """Refuse a new run for ``subject`` over its active-runs limit or with today's quota spent.
+
+    Call inside the transaction that creates the run: it locks the subject's usage row first,
+    so two creates for one subject count the active runs one after the other.
+
+    The race: two requests each count 9 active runs of 10 allowed, both insert, the subject has
+    11. With the lock the second create waits for the first to commit and counts its run.
+    (PostgreSQL: ``SELECT … FOR UPDATE`` on the row; SQLite: transactions take the write lock
+    at BEGIN, see settings, so writers are serialized anyway.)
+    """
+    from runs.models import Run, SubjectUsage
+
+    if not (limits.max_active_runs or limits.daily_steps):
+        return
+    SubjectUsage.objects.bulk_create(
+        [SubjectUsage(subject=subject, day=utc_day(now_ms), steps=0)], ignore_conflicts=True
+    )
+    usage = SubjectUsage.objects.select_for_update().get(subject=subject)
+    if limits.daily_steps and usage.day >= utc_day(now_ms) and usage.steps >= limits.daily_steps:
+        raise DailyStepQuotaExhausted(
+            f"subject {subject!r} spent today's {limits.daily_steps} steps",
+            retry_after_s=seconds_to_next_day(now_ms),
+            quota=limits.daily_steps,
+        )
+    if limits.max_active_runs:
+        active = (
+            Run.objects.filter(subject=subject)
+            .exclude(status__in=[s.value for s in TERMINAL])
+            .count()
+        )
+        if active >= limits.max_active_runs:
+            raise ActiveRunsLimit(
+                f"subject {subject!r} has {active} active runs; the limit is "
+                f"{limits.max_active_runs}",
+                active=active,
+                limit=limits.max_active_runs,
+            )
+
+
+class OrmStepQuota:
+    """The runner's daily step quota (``runs.domain.runner.StepQuota``) on ``SubjectUsage``.
+
+    One row per subject holds the current day and the steps spent on it. ``take`` is one
+    conditional UPDATE: the race is two workers spending the subject's last step at once; the
+    WHERE clause lets exactly one of them match. A new day resets the count in the same UPDATE.
+    """
+
+    def __init__(self, daily_steps: int) -> None:
+        self.daily_steps = daily_steps
+
+    def take(self, subject: str, now_ms: int) -> bool:
+        from runs.models import SubjectUsage
+
+        if not self.daily_steps:
+            return True
+        today = utc_day(now_ms)
+        if self._spend(subject, today):
+            return True
+        # No row yet (a subject whose runs predate this table), or the quota is spent: make
+        # sure the row exists (racing inserts: one wins, the rest do nothing), then ask again.
+        SubjectUsage.objects.bulk_create(
+            [SubjectUsage(subject=subject, day=today, steps=0)], ignore_conflicts=True
+        )
+        return self._spend(subject, today)
+
+    def _spend(self, subject: str, today: dt.date) -> bool:
+        from runs.models import SubjectUsage
+
+        spent = (
+            SubjectUsage.objects.filter(subject=subject)
+            .filter(Q(day__lt=today) | Q(steps__lt=self.daily_steps))
+            .update(
+                steps=Case(When(day__lt=today, then=Value(1)), default=F("steps") + 1),
+                # A worker whose clock is behind never moves the day back.
+                day=Case(When(day__lt=today, then=Value(today)), default=F("day")),
+            )
+        )
+        return spent == 1
+
+    def give_back(self, subject: str, now_ms: int) -> None:
+        """A step taken but never spent (the commit lost a race): return it, same day only."""
+        from runs.models import SubjectUsage
+
+        if not self.daily_steps:
+            return
+        SubjectUsage.objects.filter(subject=subject, day=utc_day(now_ms), steps__gt=0).update(
+            steps=F("steps") - 1
+        )
+
+
+def step_quota() -> OrmStepQuota:
+    return OrmStepQuota(settings.AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT)
