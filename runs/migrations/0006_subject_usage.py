@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0004_runs_list_index"),
+        ("runs", "0005_hash_scheme_c2"),
     ]
 
     operations = [

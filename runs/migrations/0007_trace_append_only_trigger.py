@@ -52,7 +52,7 @@ def _run(statements: dict[str, list[str]]):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0004_runs_list_index")]
+    dependencies = [("runs", "0006_subject_usage")]
 
     operations = [
         migrations.RunPython(
