@@ -8,7 +8,7 @@ from memory.models import PreferenceRecord
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
 from runs import models as m
-from runs.store import _row_to_state
+from runs.rows import row_to_state
 
 
 def confirmation_get(*, confirmation_id: str | None) -> Confirmation:
@@ -24,7 +24,7 @@ def run_export(*, run_id: str) -> dict[str, Any]:
     if run is None:
         raise NotFound(f"no run {run_id}", run_id=run_id)
     return {
-        "state": _row_to_state(run).public(),
+        "state": row_to_state(run).public(),
         "trace": list(
             m.TraceEvent.objects.filter(run=run)
             .order_by("sequence")
