@@ -14,10 +14,13 @@ class AgentconsoleConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in, user_login_failed
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, checks  # noqa: F401
+        from agentconsole import auth, checks, wiring  # noqa: F401
+        from runs import context
 
         user_login_failed.connect(auth.on_login_failed, dispatch_uid="agentconsole-login-failed")
         user_logged_in.connect(auth.on_logged_in, dispatch_uid="agentconsole-logged-in")
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )
+        # The default for callers that pass no context (runs.context): the root's own.
+        context.install(wiring.context)

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agentconsole import wiring
 from agentconsole.api import StrictSerializer, validated
 from agentconsole.roles import is_admin
 from memory import services
@@ -160,5 +161,9 @@ class PreferenceErase(APIView):
     def post(self, request: Request) -> Response:
         validated(EraseIn, request.data)
         return Response(
-            {"erased": services.preferences_erase(subject=_subject(request), by=request.user)}
+            {
+                "erased": services.preferences_erase(
+                    subject=_subject(request), by=request.user, ctx=wiring.context()
+                )
+            }
         )

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
+from agentconsole import wiring
 from agentconsole.api import StrictSerializer, validated
 from agentconsole.roles import is_admin, is_operator, is_reviewer
 from policy.domain.errors import NotFound
@@ -176,6 +177,7 @@ class RunListCreate(APIView):
                 owner=request.user,
                 granted_by=request.user if grants else None,
                 enqueue=True,
+                ctx=wiring.context(),
             )
         except LimitError as exc:
             if exc.retry_after_s:
@@ -215,7 +217,13 @@ class RunCancel(APIView):
         if run.owner_id != request.user.pk and not is_operator(request.user):
             raise PermissionDenied("only the run's owner or an operator cancels it")
         data = validated(CancelIn, request.data)
-        services.run_cancel(run_id=run.pk, by=request.user, reason=data["reason"], enqueue=True)
+        services.run_cancel(
+            run_id=run.pk,
+            by=request.user,
+            reason=data["reason"],
+            enqueue=True,
+            ctx=wiring.context(),
+        )
         return Response(RunOut(m.Run.objects.get(pk=run.pk)).data)
 
 
@@ -355,6 +363,7 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
         shown_hash=data["proposal_hash"],
         by=request.user,
         enqueue=True,
+        ctx=wiring.context(),
     )
     c.refresh_from_db()
     return Response(ConfirmationOut(c).data)
@@ -418,7 +427,9 @@ class HandoffClaim(APIView):
         _reviewer(request)
         validated(StrictSerializer, request.data or {})
         return Response(
-            HandoffOut(handoffs.handoff_claim(handoff_id=handoff_id, by=request.user)).data
+            HandoffOut(
+                handoffs.handoff_claim(handoff_id=handoff_id, by=request.user, ctx=wiring.context())
+            ).data
         )
 
 
@@ -438,7 +449,11 @@ class HandoffResolve(APIView):
         if h.assignee_id not in (None, request.user.pk) and not is_admin(request.user):
             raise PermissionDenied("this handoff is claimed by another reviewer")
         resolved = handoffs.handoff_resolve(
-            handoff_id=handoff_id, by=request.user, action=data["action"], reason=data["reason"]
+            handoff_id=handoff_id,
+            by=request.user,
+            action=data["action"],
+            reason=data["reason"],
+            ctx=wiring.context(),
         )
         return Response(HandoffOut(resolved).data)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
+from agentconsole.roles import sees_all_runs
 from memory.models import PreferenceRecord
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
 from runs import models as m
+from runs.context import RunsContext, resolve
 from runs.rows import row_to_state
 
 
@@ -98,21 +101,23 @@ def run_export(*, run_id: str) -> dict[str, Any]:
     }
 
 
-def planner_context(*, run_id: str) -> dict[str, Any]:
+def planner_context(*, run_id: str, ctx: RunsContext | None = None) -> dict[str, Any]:
     """Exactly what the planner would receive for the run's next step: the bounded working
     memory (with trust labels) and the subject's preferences as structured data."""
-    from dataclasses import asdict
-
-    from agentconsole import wiring
-
-    runner = wiring.runner()
+    runner = resolve(ctx).runner()
     return asdict(runner.context(runner.store.load(run_id)))
+
+
+def run_observations(*, run_id: str) -> tuple[int, Any]:
+    """The run's current step and its observations in order (as values), for memory's rebuild
+    of working memory."""
+    step = m.Run.objects.values_list("step", flat=True).get(pk=run_id)
+    observations = m.Observation.objects.filter(run_id=run_id).order_by("id")
+    return step, observations.values("observation_id", "kind", "trust", "step", "content")
 
 
 def runs_visible(*, user: Any) -> Any:
     """Runs a user may see: operators, reviewers and admins all; a user their own."""
-    from agentconsole.roles import sees_all_runs
-
     qs = m.Run.objects.all()
     return qs if sees_all_runs(user) else qs.filter(owner=user)
 
