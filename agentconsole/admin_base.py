@@ -6,9 +6,13 @@ change only through services and the state machine.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
+
+from agentconsole.wiring import registry
+from policy.domain.redaction import MASK, redact_fields
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -26,9 +30,6 @@ def masked_arguments(tool_name: Any, tool_version: Any, arguments: Any) -> Any:
     """A proposal's arguments as the trace would show them: the fields the tool's contract names
     as redacted are masked (the ledger keeps them because the tool needs them, the admin does
     not). An unregistered tool's arguments are masked whole: nobody said which are safe."""
-    from agentconsole.wiring import registry
-    from policy.domain.redaction import MASK, redact_fields
-
     if not isinstance(arguments, dict):
         return arguments
     registered = registry().get(str(tool_name), str(tool_version))
@@ -49,6 +50,4 @@ def masked_proposal(proposal: Any) -> Any:
 
 
 def pretty(value: Any) -> str:
-    import json
-
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

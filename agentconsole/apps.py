@@ -9,7 +9,8 @@ class AgentconsoleConfig(AppConfig):
     verbose_name = "agentconsole"
 
     def ready(self) -> None:
-        # Importing registers the checks (``@register``); see agentconsole/checks.py.
+        # import here: models, the user model and the apps' modules are ready only once Django
+        # calls ready(). Importing registers the checks (``@register``; agentconsole/checks.py).
         from django.contrib.auth import get_user_model
         from django.contrib.auth.signals import user_logged_in, user_login_failed
         from django.db.models.signals import pre_save
