@@ -13,8 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentconsole import auth
-from agentconsole.api import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
+from policy.http import LimitedJSONParser, StrictSerializer
 from runs import apis as runs_api
 
 

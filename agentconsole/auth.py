@@ -36,7 +36,7 @@ from rest_framework.authtoken.models import Token
 
 
 class LoginThrottled(exceptions.Throttled):
-    default_code = "login_throttled"  # -> LOGIN_THROTTLED (agentconsole/api.py)
+    default_code = "login_throttled"  # -> LOGIN_THROTTLED (policy/http.py)
 
     def __init__(self, wait: int) -> None:
         # Not Throttled.__init__: it appends its own "Expected available in..." sentence.

@@ -1,7 +1,7 @@
 """HTTP API of runs, trace, confirmations and handoffs: thin views over services and selectors.
 
 One APIView per operation, nested input/output serializers (HackSoft style). Errors leave as
-``{code, message, extra}`` through ``agentconsole.api.exception_handler``.
+``{code, message, extra}`` through ``policy.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from rest_framework.throttling import BaseThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 from agentconsole import wiring
-from agentconsole.api import StrictSerializer, validated
-from agentconsole.roles import is_admin, is_operator, is_reviewer
 from policy.domain.errors import NotFound
+from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, Grant
+from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, selectors, services
 from runs import models as m
 from runs.domain.budgets import RunBudgets

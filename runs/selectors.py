@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from agentconsole.roles import sees_all_runs
 from memory.models import PreferenceRecord
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
+from policy.roles import sees_all_runs
 from runs import models as m
 from runs.context import RunsContext, resolve
 from runs.rows import row_to_state

@@ -13,13 +13,13 @@ from typing import Any
 
 from django.db import transaction
 
-from agentconsole.roles import actor_name, user_or_none
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, LeaseLost, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.models import Confirmation as ConfirmationRow
+from policy.roles import actor_name, user_or_none
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import step as steps

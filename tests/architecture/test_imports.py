@@ -259,7 +259,7 @@ def test_an_acyclic_graph_has_no_cycle() -> None:
         ("runs/tasks.py", "from agentconsole import wiring\n", False),
         ("runs/management/commands/sweep.py", "from agentconsole import wiring\n", False),
         ("agentconsole/apps.py", "from agentconsole import wiring\n", False),
-        ("runs/services.py", "from agentconsole.roles import actor_name\n", False),
+        ("runs/services.py", "from policy.roles import actor_name\n", False),
     ],
 )
 def test_the_composition_root_rule(relative: str, source: str, flagged: bool) -> None:
