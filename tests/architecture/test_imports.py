@@ -9,9 +9,9 @@ parsed with ``ast``, never imported. Three rules, each with tests of its own bel
    ``a.b.c`` also imports the packages ``a`` and ``a.b`` (their ``__init__``), so those count too,
    except a module's own packages (Python initialises them before the module, never after).
 2. ``agentconsole.wiring``, the composition root, is imported only by entry points
-   (``ENTRY_POINTS``: Celery tasks, API views, console views, consumers, management commands, the
-   isolated tool child and the project package itself). Services and selectors receive what they
-   need.
+   (``ENTRY_POINTS``: Celery tasks, API views, console and admin views, consumers, management
+   commands, the isolated tool child and the project package itself). Services and selectors
+   receive what they need.
 3. No import inside a function, unless a comment containing ``import here:`` says why: on the
    import's own line, or in the comment lines directly above the block of imports it belongs to.
 """
@@ -39,6 +39,8 @@ ENTRY_POINTS = (
     "*/views.py",
     "*/consumers.py",
     "*/management/commands/*.py",
+    # The Django admin's pages are views too (they mask arguments with the tool registry).
+    "*/admin.py",
     # The isolated tool child is a process's main: it sets Django up and looks the tool up.
     "runs/isolated_child.py",
 )
