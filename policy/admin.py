@@ -1,8 +1,8 @@
 from django.contrib import admin
 
 from agentconsole import wiring
-from agentconsole.admin_base import ReadOnlyAdmin, masked_proposal, pretty
 from policy import models as m
+from policy.admin_base import ReadOnlyAdmin, masked_proposal, pretty
 
 
 @admin.register(m.Grant)

@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib import admin
 
 from agentconsole import wiring
-from agentconsole.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
+from policy.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
 from runs import models as m
 
 # Every page shows stored content only (secrets were redacted before storage) and never a field
