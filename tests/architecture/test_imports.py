@@ -12,7 +12,11 @@ parsed with ``ast``, never imported. Three rules, each with tests of its own bel
    (``ENTRY_POINTS``: Celery tasks, API views, console and admin views, consumers, management
    commands, the isolated tool child and the project package itself). Services and selectors
    receive what they need.
-3. No import inside a function, unless a comment containing ``import here:`` says why: on the
+3. The apps (``runs``, ``memory``, ``policy``) import nothing from the project package
+   ``agentconsole`` but the composition root (entry points only, rule 2) and the Celery app;
+   shared helpers live in ``policy``, the base app (``policy.http``, ``policy.roles``,
+   ``policy.admin_base``).
+4. No import inside a function, unless a comment containing ``import here:`` says why: on the
    import's own line, or in the comment lines directly above the block of imports it belongs to.
 """
 
@@ -45,6 +49,9 @@ ENTRY_POINTS = (
     "runs/isolated_child.py",
 )
 REASON_MARK = "import here:"
+APPS = ("runs", "memory", "policy")
+# What an app may import from the project package (rule 2 limits the first to entry points).
+FROM_PROJECT = (WIRING, "agentconsole.celery")
 
 
 def product_files() -> Iterator[Path]:
@@ -147,6 +154,18 @@ def wiring_violations(relative: str, source: str) -> list[str]:
     ]
 
 
+def project_import_violations(relative: str, source: str) -> list[str]:
+    name, is_package = module_name(relative)
+    if name.split(".")[0] not in APPS:
+        return []
+    return [
+        f"{relative}: imports {imported} (the project package sits on top of the apps)"
+        for imported in imported_names(source, name, is_package=is_package)
+        if imported.split(".")[0] == "agentconsole"
+        and not any(imported == ok or imported.startswith(ok + ".") for ok in FROM_PROJECT)
+    ]
+
+
 def in_function_import_violations(relative: str, source: str) -> list[str]:
     tree = ast.parse(source)
     lines = source.splitlines()
@@ -200,6 +219,13 @@ def test_no_import_cycle_between_product_modules() -> None:
 
 def test_only_entry_points_import_the_composition_root() -> None:
     found = [v for rel, src in product_sources().items() for v in wiring_violations(rel, src)]
+    assert not found, "\n".join(found)
+
+
+def test_apps_import_from_the_project_only_its_root_and_celery_app() -> None:
+    found = [
+        v for rel, src in product_sources().items() for v in project_import_violations(rel, src)
+    ]
     assert not found, "\n".join(found)
 
 
@@ -266,6 +292,22 @@ def test_an_acyclic_graph_has_no_cycle() -> None:
 )
 def test_the_composition_root_rule(relative: str, source: str, flagged: bool) -> None:
     assert bool(wiring_violations(relative, source)) is flagged
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "flagged"),
+    [
+        ("runs/apis.py", "from agentconsole.api import StrictSerializer\n", True),
+        ("memory/admin.py", "from agentconsole import admin_base\n", True),
+        ("runs/services.py", "def f():\n    import agentconsole.roles\n", True),
+        ("runs/apis.py", "from agentconsole import wiring\n", False),
+        ("runs/faultlab.py", "from agentconsole.celery import app\n", False),
+        ("runs/apis.py", "from policy.http import StrictSerializer\n", False),
+        ("agentconsole/urls.py", "from agentconsole.errors import error_response\n", False),
+    ],
+)
+def test_the_project_package_rule(relative: str, source: str, flagged: bool) -> None:
+    assert bool(project_import_violations(relative, source)) is flagged
 
 
 @pytest.mark.parametrize(
