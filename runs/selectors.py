@@ -6,19 +6,14 @@ from dataclasses import asdict
 from typing import Any
 
 from memory.models import PreferenceRecord
+from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
-from policy.models import Confirmation, Grant
+from policy.models import Confirmation
 from policy.roles import sees_all_runs
+from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve
 from runs.rows import row_to_state
-
-
-def confirmation_get(*, confirmation_id: str | None) -> Confirmation:
-    row = Confirmation.objects.filter(pk=confirmation_id).first() if confirmation_id else None
-    if row is None:
-        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
-    return row
 
 
 def run_export(*, run_id: str) -> dict[str, Any]:
@@ -55,33 +50,8 @@ def run_export(*, run_id: str) -> dict[str, Any]:
                 "step",
             )
         ),
-        "grants": list(
-            Grant.objects.filter(run=run)
-            .order_by("id")
-            .values(
-                "id",
-                "capability",
-                "resource_scope",
-                "expires_at_step",
-                "max_calls",
-                "calls_used",
-                "constraints",
-            )
-        ),
-        "confirmations": list(
-            Confirmation.objects.filter(run=run)
-            .order_by("requested_at", "id")
-            .values(
-                "id",
-                "proposal_hash",
-                "tool_name",
-                "tool_version",
-                "status",
-                "expires_at_step",
-                "cites_untrusted",
-                "origin",
-            )
-        ),
+        "grants": policy_selectors.grants_export(run_id=run.pk),
+        "confirmations": policy_selectors.confirmations_export(run_id=run.pk),
         "preferences": list(
             PreferenceRecord.objects.filter(subject=run.subject)
             .order_by("key")
@@ -145,6 +115,6 @@ def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any
 def queue_counts() -> dict[str, int]:
     """Two indexed counts: the operator queue and the handoff inbox."""
     return {
-        "pending_confirmations": Confirmation.objects.filter(status="pending").count(),
+        "pending_confirmations": policy_selectors.pending_confirmations_count(),
         "open_handoffs": m.Handoff.objects.exclude(status="resolved").count(),
     }

@@ -15,17 +15,16 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from memory.domain.working import WorkingItem, admit
 from memory.models import WorkingMemoryItem
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy import selectors as policy_selectors
+from policy import services as policy_services
+from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import Observation
-from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
 from runs import models as m
 from runs.domain.ports import IntegrityViolation
 from runs.domain.state import RunState
@@ -129,38 +128,9 @@ class OrmRunStore:
                 faults=faults or {},
                 **state_fields(state),
             )
-            Grant.objects.bulk_create(
-                Grant(
-                    id=g.grant_id,
-                    run_id=state.run_id,
-                    capability=g.capability,
-                    resource_scope=g.resource_scope,
-                    expires_at_step=g.expires_at_step,
-                    max_calls=g.max_calls,
-                    calls_used=g.calls_used,
-                    constraints={
-                        k: c.model_dump(exclude_unset=True) for k, c in g.constraints.items()
-                    },
-                    granted_by=granted_by,
-                )
-                for g in grants
-            )
-            ConfirmationRow.objects.bulk_create(
-                ConfirmationRow(
-                    id=c.confirmation_id,
-                    run_id=state.run_id,
-                    proposal_hash=c.proposal_hash,
-                    tool_name=proposals.get(c.confirmation_id, {}).get("tool_name", ""),
-                    tool_version=proposals.get(c.confirmation_id, {}).get("tool_version", ""),
-                    proposal=proposals.get(c.confirmation_id),
-                    status=c.status.value,
-                    expires_at_step=c.expires_at_step,
-                    origin="scenario",
-                    decided_at=timezone.now()
-                    if c.status is not ConfirmationStatus.PENDING
-                    else None,
-                )
-                for c in confirmations
+            policy_services.grants_create(run_id=state.run_id, grants=grants, granted_by=granted_by)
+            policy_services.confirmations_create(
+                run_id=state.run_id, confirmations=confirmations, proposals=proposals
             )
 
     def load(self, run_id: str) -> RunState:
@@ -213,36 +183,10 @@ class OrmRunStore:
         return admit([to_item(r) for r in rows], [], step=step)
 
     def grants(self, run_id: str) -> list[CapabilityGrant]:
-        return [
-            CapabilityGrant(
-                grant_id=g.id,
-                capability=g.capability,
-                run_id=g.run_id,
-                resource_scope=g.resource_scope,
-                expires_at_step=g.expires_at_step,
-                max_calls=g.max_calls,
-                calls_used=g.calls_used,
-                constraints=g.constraints,
-            )
-            for g in Grant.objects.filter(run_id=run_id)
-        ]
+        return policy_selectors.run_grants(run_id=run_id)
 
     def confirmations(self, run_id: str) -> list[Confirmation]:
-        # Used and expired ones authorize nothing; they are read so the trace can say why a
-        # proposal still needs a person (CONFIRMATION_ALREADY_USED). At most one per step.
-        rows = ConfirmationRow.objects.filter(run_id=run_id).order_by()
-        return [
-            Confirmation(
-                confirmation_id=c.id,
-                run_id=c.run_id,
-                proposal_hash=c.proposal_hash,
-                status=ConfirmationStatus(c.status),
-                expires_at_step=c.expires_at_step,
-                tool_name=c.tool_name or None,
-                hash_scheme=c.hash_scheme,
-            )
-            for c in rows
-        ]
+        return policy_selectors.run_confirmations(run_id=run_id)
 
     def lookups(self, run_id: str) -> OrmLookups:
         return OrmLookups(run_id)

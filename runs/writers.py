@@ -4,6 +4,9 @@
 writer in ``WRITERS``, all inside the one transaction of ``OrmRunStore.apply``. Each writer
 writes one part of the commit and does nothing (no query) when the commit has no such part, so
 a step's query count is the count of the parts it carries (tests/services/test_step_queries.py).
+
+Grants and confirmations are the policy app's records: their writers call ``policy.services``
+(inside this same transaction) and turn a compare-and-set miss into a ``VersionConflict``.
 """
 
 from __future__ import annotations
@@ -12,15 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F, Q
 from django.utils import timezone
 
 from memory.domain.working import admit
 from memory.models import WorkingMemoryItem
-from policy.domain.confirmations import ConfirmationStatus
+from policy import services as policy_services
 from policy.domain.errors import LeaseLost, VersionConflict
-from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
 from runs import models as m
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
@@ -157,14 +157,13 @@ def _write_confirmation_request(commit: Commit, at: At) -> None:
     r = commit.confirmation_request
     if r is None:
         return
-    ConfirmationRow.objects.create(
-        id=r.confirmation_id,
+    policy_services.confirmation_request(
         run_id=at.run_id,
+        confirmation_id=r.confirmation_id,
         proposal_hash=r.proposal_hash,
         tool_name=r.tool_name,
         tool_version=r.tool_version,
         proposal=r.proposal,
-        status=ConfirmationStatus.PENDING.value,
         expires_at_step=r.expires_at_step,
         cites_untrusted=r.cites_untrusted,
     )
@@ -174,43 +173,30 @@ def _write_confirmation_decision(commit: Commit, at: At) -> None:
     if commit.confirmation_decision is None:
         return
     cid, approved = commit.confirmation_decision
-    status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
-    n = ConfirmationRow.objects.filter(
-        pk=cid, run_id=at.run_id, status=ConfirmationStatus.PENDING.value
-    ).update(status=status.value, decided_at=timezone.now(), decided_by=at.decided_by)
-    if n != 1:
+    if not policy_services.confirmation_record_decision(
+        run_id=at.run_id, confirmation_id=cid, approved=approved, decided_by=at.decided_by
+    ):
         raise VersionConflict("confirmation already decided", run_id=at.run_id)
 
 
 def _write_confirmation_consume(commit: Commit, at: At) -> None:
     if commit.consume_confirmation is None:
         return
-    n = ConfirmationRow.objects.filter(
-        pk=commit.consume_confirmation,
-        run_id=at.run_id,
-        status=ConfirmationStatus.APPROVED.value,
-    ).update(status=ConfirmationStatus.CONSUMED.value)
-    if n != 1:
+    if not policy_services.confirmation_consume(
+        run_id=at.run_id, confirmation_id=commit.consume_confirmation
+    ):
         raise VersionConflict("confirmation already used", run_id=at.run_id)
 
 
 def _write_grant_uses(commit: Commit, at: At) -> None:
     for grant_id in commit.grant_uses:
-        n = Grant.objects.filter(
-            Q(max_calls__isnull=True) | Q(calls_used__lt=F("max_calls")),
-            pk=grant_id,
-            run_id=at.run_id,
-        ).update(calls_used=F("calls_used") + 1)
-        if n != 1:
+        if not policy_services.grant_use(run_id=at.run_id, grant_id=grant_id):
             raise VersionConflict("grant used up concurrently", run_id=at.run_id)
 
 
 def _write_expired_confirmations(commit: Commit, at: At) -> None:
-    if not commit.expire_pending_confirmations:
-        return
-    ConfirmationRow.objects.filter(
-        run_id=at.run_id, status=ConfirmationStatus.PENDING.value
-    ).update(status=ConfirmationStatus.EXPIRED.value)
+    if commit.expire_pending_confirmations:
+        policy_services.confirmations_expire_pending(run_id=at.run_id)
 
 
 def _write_handoff(commit: Commit, at: At) -> None:
