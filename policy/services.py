@@ -16,9 +16,36 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
+
+
+class ConfirmationMismatch(DomainError):
+    code = "CONFIRMATION_HASH_MISMATCH"
+    http_status = 409
+
+
+class ConfirmationNotPending(DomainError):
+    code = "CONFIRMATION_NOT_PENDING"
+    http_status = 409
+
+
+def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
+    """The pending confirmation a person decides, if it is still the one they were shown.
+
+    ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
+    the decision is refused (a stale click can never approve a different proposal).
+    """
+    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
+    if row is None:
+        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
+    if row.proposal_hash != shown_hash:
+        raise ConfirmationMismatch("the proposal changed since it was shown")
+    if row.status != ConfirmationStatus.PENDING.value:
+        raise ConfirmationNotPending(f"confirmation is {row.status}")
+    return row
 
 
 def grants_create(*, run_id: str, grants: Sequence[CapabilityGrant], granted_by: Any) -> None:

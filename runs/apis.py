@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from agentconsole import wiring
 from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
-from policy.models import Confirmation, Grant
+from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, selectors, services
 from runs import models as m
@@ -301,84 +301,6 @@ def _run_list_view(model: Any, out: type, order: str) -> type[APIView]:
 RunObservations = _run_list_view(m.Observation, ObservationOut, "id")
 RunLedger = _run_list_view(m.LedgerEntry, LedgerOut, "id")
 RunGrants = _run_list_view(Grant, GrantOut, "id")
-
-
-class ConfirmationOut(serializers.ModelSerializer):
-    confirmation_id = serializers.CharField(source="id")
-    run_id = serializers.CharField()
-    decided_by = serializers.CharField(source="decided_by.username", default=None)
-
-    class Meta:
-        model = Confirmation
-        fields = [
-            "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
-            "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
-            "requested_at", "decided_at", "decided_by",
-        ]  # fmt: skip
-
-
-def _confirmations_visible(user: Any) -> Any:
-    qs = Confirmation.objects.select_related("decided_by")
-    if is_operator(user) or is_reviewer(user):
-        return qs
-    return qs.filter(run__owner=user)
-
-
-class ConfirmationList(APIView):
-    @extend_schema(
-        parameters=[OpenApiParameter("status", str)], responses=ConfirmationOut(many=True)
-    )
-    def get(self, request: Request) -> Response:
-        wanted = request.query_params.get("status", "pending")
-        qs = _confirmations_visible(request.user).filter(status=wanted).order_by("-requested_at")
-        return Response(ConfirmationOut(qs[:MAX_PAGE], many=True).data)
-
-
-class ConfirmationDetail(APIView):
-    @extend_schema(responses=ConfirmationOut)
-    def get(self, request: Request, confirmation_id: str) -> Response:
-        c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
-        if c is None:
-            raise NotFound("no such confirmation")
-        data = ConfirmationOut(c).data
-        data["provenance"] = selectors.confirmation_provenance(confirmation=c)
-        return Response(data)
-
-
-class DecisionIn(StrictSerializer):
-    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
-
-
-def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
-    c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
-    if c is None:
-        raise NotFound("no such confirmation")
-    # Operators decide; a run's owner may decide for their own run (it is their confirmation).
-    if not is_operator(request.user) and c.run.owner_id != request.user.pk:
-        raise PermissionDenied("only operators or the run's owner decide confirmations")
-    data = validated(DecisionIn, request.data)
-    services.confirmation_decide(
-        confirmation_id=c.pk,
-        approved=approved,
-        shown_hash=data["proposal_hash"],
-        by=request.user,
-        enqueue=True,
-        ctx=wiring.context(),
-    )
-    c.refresh_from_db()
-    return Response(ConfirmationOut(c).data)
-
-
-class ConfirmationApprove(APIView):
-    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
-    def post(self, request: Request, confirmation_id: str) -> Response:
-        return _decide(request, confirmation_id, approved=True)
-
-
-class ConfirmationDecline(APIView):
-    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
-    def post(self, request: Request, confirmation_id: str) -> Response:
-        return _decide(request, confirmation_id, approved=False)
 
 
 class HandoffOut(serializers.ModelSerializer):

@@ -13,13 +13,14 @@ from typing import Any
 
 from django.db import transaction
 
+from policy import services as policy_services
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, LeaseLost, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
-from policy.models import Confirmation as ConfirmationRow
 from policy.roles import actor_name, user_or_none
+from policy.services import ConfirmationNotPending
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import step as steps
@@ -32,16 +33,6 @@ from runs.fault_switch import require_faults_enabled
 from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 from runs.limits import RunLimits, check_budgets, check_subject
 from runs.models import Run
-
-
-class ConfirmationMismatch(DomainError):
-    code = "CONFIRMATION_HASH_MISMATCH"
-    http_status = 409
-
-
-class ConfirmationNotPending(DomainError):
-    code = "CONFIRMATION_NOT_PENDING"
-    http_status = 409
 
 
 class ConfirmationIdInvalid(DomainError):
@@ -237,13 +228,9 @@ def confirmation_decide(
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
     the decision is refused (a stale click can never approve a different proposal).
     """
-    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
-    if row is None:
-        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
-    if row.proposal_hash != shown_hash:
-        raise ConfirmationMismatch("the proposal changed since it was shown")
-    if row.status != ConfirmationStatus.PENDING.value:
-        raise ConfirmationNotPending(f"confirmation is {row.status}")
+    row = policy_services.confirmation_for_decision(
+        confirmation_id=confirmation_id, shown_hash=shown_hash
+    )
     store = resolve(ctx).store()
     state = store.load(row.run_id)
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
