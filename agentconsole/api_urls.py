@@ -13,8 +13,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentconsole import auth
-from agentconsole.api import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
+from policy import apis as policy_api
+from policy.http import LimitedJSONParser, StrictSerializer
 from runs import apis as runs_api
 
 
@@ -83,20 +84,20 @@ urlpatterns = [
     ),
     path("runs/<str:run_id>/ledger/", runs_api.RunLedger.as_view(), name="api-run-ledger"),
     path("runs/<str:run_id>/grants/", runs_api.RunGrants.as_view(), name="api-run-grants"),
-    path("confirmations/", runs_api.ConfirmationList.as_view(), name="api-confirmations"),
+    path("confirmations/", policy_api.ConfirmationList.as_view(), name="api-confirmations"),
     path(
         "confirmations/<str:confirmation_id>/",
-        runs_api.ConfirmationDetail.as_view(),
+        policy_api.ConfirmationDetail.as_view(),
         name="api-confirmation",
     ),
     path(
         "confirmations/<str:confirmation_id>/approve/",
-        runs_api.ConfirmationApprove.as_view(),
+        policy_api.ConfirmationApprove.as_view(),
         name="api-confirmation-approve",
     ),
     path(
         "confirmations/<str:confirmation_id>/decline/",
-        runs_api.ConfirmationDecline.as_view(),
+        policy_api.ConfirmationDecline.as_view(),
         name="api-confirmation-decline",
     ),
     path("handoffs/", runs_api.HandoffList.as_view(), name="api-handoffs"),

@@ -9,15 +9,19 @@ class AgentconsoleConfig(AppConfig):
     verbose_name = "agentconsole"
 
     def ready(self) -> None:
-        # Importing registers the checks (``@register``); see agentconsole/checks.py.
+        # import here: models, the user model and the apps' modules are ready only once Django
+        # calls ready(). Importing registers the checks (``@register``; agentconsole/checks.py).
         from django.contrib.auth import get_user_model
         from django.contrib.auth.signals import user_logged_in, user_login_failed
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, checks  # noqa: F401
+        from agentconsole import auth, checks, wiring  # noqa: F401
+        from runs import context
 
         user_login_failed.connect(auth.on_login_failed, dispatch_uid="agentconsole-login-failed")
         user_logged_in.connect(auth.on_logged_in, dispatch_uid="agentconsole-logged-in")
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )
+        # The default for callers that pass no context (runs.context): the root's own.
+        context.install(wiring.context)

@@ -32,10 +32,11 @@ from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
 
 
 class LoginThrottled(exceptions.Throttled):
-    default_code = "login_throttled"  # -> LOGIN_THROTTLED (agentconsole/api.py)
+    default_code = "login_throttled"  # -> LOGIN_THROTTLED (policy/http.py)
 
     def __init__(self, wait: int) -> None:
         # Not Throttled.__init__: it appends its own "Expected available in..." sentence.
@@ -172,8 +173,6 @@ def on_user_saved(sender: Any, instance: Any, update_fields: Any = None, **kw: A
     stolen token dies with the old password. (A hash upgraded on sign-in counts as a change.)"""
     if instance.pk is None or (update_fields is not None and "password" not in update_fields):
         return
-    from rest_framework.authtoken.models import Token
-
     stored = type(instance).objects.filter(pk=instance.pk).values_list("password", flat=True)
     if stored.first() not in (None, instance.password):
         Token.objects.filter(user_id=instance.pk).delete()
@@ -189,8 +188,6 @@ def token_expired(token: Any) -> bool:
 
 def token_for(user: Any) -> Any:
     """The user's token, a new one when there is none or it expired."""
-    from rest_framework.authtoken.models import Token
-
     token, created = Token.objects.get_or_create(user=user)
     if not created and token_expired(token):
         token.delete()
@@ -201,8 +198,6 @@ def token_for(user: Any) -> Any:
 def user_for_token(key: str) -> Any | None:
     """The active user a live token belongs to (None otherwise; an expired token is deleted).
     The websocket path (agentconsole/ws_auth.py) uses this; the API uses the class below."""
-    from rest_framework.authtoken.models import Token
-
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError
 
@@ -15,8 +16,6 @@ DEMO_PASSWORDS = {name: name for name in ("operator", "reviewer", "alice", "admi
 
 def demo_accounts_with_demo_password() -> list[str]:
     """Active users whose password is still the demo one (a password hash check per account)."""
-    from django.contrib.auth import get_user_model
-
     users = get_user_model().objects.filter(username__in=DEMO_PASSWORDS, is_active=True)
     return sorted(u.get_username() for u in users if u.check_password(DEMO_PASSWORDS[u.username]))
 

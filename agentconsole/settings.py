@@ -202,8 +202,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "agentconsole.api.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["agentconsole.api.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "policy.http.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["policy.http.LimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 

@@ -1,4 +1,9 @@
-"""The one place that picks concrete adapters: the tool registry, planners, the store, the runner.
+"""The composition root: the one place that picks concrete adapters (the tool registry,
+planners, the store, the executor, the runner) and hands them to services as a ``RunsContext``.
+
+Only entry points import this module: Celery tasks, API views, consumers, management commands
+and the project package itself (tests/architecture/test_imports.py). It imports the apps; no
+app imports it back, so it sits on top of every import cycle there could be.
 
 Integrators add tools through ``settings.AGENTCONSOLE_TOOLS``: a list of dotted paths, each to
 a ``ToolContract``, to a callable returning one (or a list), or to a module exposing ``TOOLS``
@@ -18,20 +23,23 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from memory import tools as memory_tools
-from memory.domain.preferences import DEFAULT_KEYS, KeyPolicy, build_policies
+from memory.policies import memory_policies
+from memory.selectors import preferences_for_planner
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.registry import ToolRegistry
+from runs import tasks
+from runs.context import RunsContext
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
 from runs.domain.runner import Runner
+from runs.doorbell import ring_after_commit
 from runs.executor import ThreadExecutor
+from runs.faults import FaultingExecutor
+from runs.isolation import run_isolated
+from runs.leases import watch_tool
+from runs.limits import step_quota
 from runs.store import OrmRunStore
 from runs.tools import artifacts, search
-
-
-@functools.cache
-def memory_policies() -> dict[str, KeyPolicy]:
-    return build_policies(getattr(settings, "AGENTCONSOLE_MEMORY_KEYS", DEFAULT_KEYS))
 
 
 def _contracts_from(obj: Any, path: str) -> list[ToolContract]:
@@ -93,14 +101,10 @@ def planner_for(config: dict[str, Any]) -> Planner:
 
 
 def store(lease_owner: str | None = None) -> OrmRunStore:
-    from runs.doorbell import ring_after_commit
-
     return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
 def executor() -> ThreadExecutor:
-    from runs.isolation import run_isolated
-
     common: dict[str, Any] = {
         "registry": registry(),
         "secrets": getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
@@ -111,16 +115,10 @@ def executor() -> ThreadExecutor:
     if not getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False):
         # Production: no fault layer at all (issue 9 item 6), in this process or in the child.
         return ThreadExecutor(**common, isolated_call=run_isolated)
-    from runs.faults import FaultingExecutor
-
     return FaultingExecutor(**common, isolated_call=functools.partial(run_isolated, faults=True))
 
 
 def runner(lease_owner: str | None = None) -> Runner:
-    from memory.selectors import preferences_for_planner
-    from runs.leases import watch_tool
-    from runs.limits import step_quota
-
     return Runner(
         store=store(lease_owner),
         watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner),
@@ -129,4 +127,19 @@ def runner(lease_owner: str | None = None) -> Runner:
         planner_for=planner_for,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),
+    )
+
+
+def context() -> RunsContext:
+    """What run services and selectors need, for an entry point to hand down (``ctx=``).
+
+    Each field calls this module's function at call time, so a test that replaces one (say
+    ``wiring.store``) changes what every service gets.
+    """
+    return RunsContext(
+        store=lambda lease_owner=None: store(lease_owner),
+        runner=lambda lease_owner=None: runner(lease_owner),
+        registry=lambda: registry(),
+        executor=lambda: executor(),
+        enqueue=tasks.enqueue_advance,
     )

@@ -22,6 +22,8 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import split_domain_port, validate_host
 
+from agentconsole.auth import user_for_token
+
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
@@ -33,8 +35,6 @@ def _header(scope: dict[str, Any], name: bytes) -> str | None:
 @database_sync_to_async
 def _user_for_token(key: str) -> Any:
     """The same rule as the API: an expired token is refused (and deleted)."""
-    from agentconsole.auth import user_for_token
-
     return user_for_token(key) or AnonymousUser()
 
 

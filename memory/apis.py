@@ -11,10 +11,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agentconsole.api import StrictSerializer, validated
-from agentconsole.roles import is_admin
+from agentconsole import wiring
 from memory import services
 from memory.models import PreferenceChange, PreferenceRecord
+from policy.http import StrictSerializer, validated
+from policy.roles import is_admin
 
 SUBJECT = OpenApiParameter("subject", str, description="admins only: another user's memory")
 
@@ -160,5 +161,9 @@ class PreferenceErase(APIView):
     def post(self, request: Request) -> Response:
         validated(EraseIn, request.data)
         return Response(
-            {"erased": services.preferences_erase(subject=_subject(request), by=request.user)}
+            {
+                "erased": services.preferences_erase(
+                    subject=_subject(request), by=request.user, ctx=wiring.context()
+                )
+            }
         )

@@ -8,6 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memory.models import PreferenceRecord
+from memory.policies import memory_policies
 
 
 def preferences_active(*, subject: str) -> list[PreferenceRecord]:
@@ -22,8 +23,6 @@ def preferences_active(*, subject: str) -> list[PreferenceRecord]:
 def preferences_for_planner(*, subject: str, purpose: str = "planner") -> dict[str, Any]:
     """Structured data, never instructions (seed §9.3): only keys configured for ``purpose``,
     of this subject, neither revoked nor expired."""
-    from agentconsole.wiring import memory_policies
-
     policies = memory_policies()
     return {
         "preferences": {

@@ -17,9 +17,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memory.domain.preferences import KeyPolicy, check_preference
-from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
+from memory.domain.working import rebuild
+from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord, WorkingMemoryItem
+from memory.policies import memory_policies
 from policy.domain.canonical import content_hash
 from policy.domain.errors import DomainError, NotFound
+from runs import selectors as run_selectors
+from runs import services as run_services
+from runs.context import RunsContext
 
 CHANGE_TTL = timedelta(minutes=15)
 
@@ -50,12 +55,6 @@ class WriteResult:
             "current_value": self.current_value,
             "proposed_value": self.proposed_value,
         }
-
-
-def _policies() -> dict[str, KeyPolicy]:
-    from agentconsole.wiring import memory_policies
-
-    return memory_policies()
 
 
 def check_owner(*, subject: str, by: Any) -> None:
@@ -168,7 +167,7 @@ def preference_propose_edit(
     """Step 1 of a user's own edit: validate, then create a pending change bound to the hash
     of exactly (subject, key, value, expected_version). Nothing is written yet."""
     check_owner(subject=subject, by=by)
-    violation = check_preference(_policies(), key, value)
+    violation = check_preference(memory_policies(), key, value)
     if violation is not None:
         raise MemoryError(violation[1], code=violation[0])
     proposal_hash = content_hash(
@@ -209,7 +208,7 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
     # All conditions hold at the moment of writing, not only at proposal time: the whitelist
     # or a key's schema may have narrowed since. Checked before the change is claimed.
-    violation = check_preference(_policies(), change.key, change.proposed_value)
+    violation = check_preference(memory_policies(), change.key, change.proposed_value)
     if violation is not None:
         raise MemoryError(violation[1], code=violation[0])
     # Claim the change first: a replayed confirmation finds it no longer pending.
@@ -222,7 +221,7 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         raise MemoryError("this confirmation was already used", code="CONFIRMATION_ALREADY_USED")
     result = preference_write(
         subject=change.subject,
-        policy=_policies()[change.key],
+        policy=memory_policies()[change.key],
         value=change.proposed_value,
         expected_version=change.expected_version,
         confirmation_id=f"change:{change.pk}",
@@ -307,7 +306,7 @@ def preferences_export(*, subject: str, by: Any) -> dict[str, Any]:
     }
 
 
-def preferences_erase(*, subject: str, by: Any) -> int:
+def preferences_erase(*, subject: str, by: Any, ctx: RunsContext | None = None) -> int:
     """Erase every record of the subject, and every copy of its values in the subject's runs
     (issue 9 item 11). History keeps an audit entry per key, without values.
 
@@ -315,8 +314,6 @@ def preferences_erase(*, subject: str, by: Any) -> int:
     together or not at all. "The values" are every version the subject ever stored (current,
     historical, revoked) and the values of their edits in flight (pending, applied, conflicting).
     """
-    from runs.erasure import run_values_erase
-
     check_owner(subject=subject, by=by)
     with transaction.atomic():
         records = list(PreferenceRecord.objects.select_for_update().filter(subject=subject))
@@ -334,7 +331,7 @@ def preferences_erase(*, subject: str, by: Any) -> int:
         PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
         # Edits in flight hold values too: they go with the records.
         PreferenceChange.objects.filter(subject=subject).delete()
-        run_values_erase(subject=subject, values=values, by=by.get_username())
+        run_services.run_values_erase(subject=subject, values=values, by=by.get_username(), ctx=ctx)
     return len(records)
 
 
@@ -379,15 +376,8 @@ def preferences_purge_expired(*, now: Any = None) -> int:
 def working_memory_rebuild(*, run_id: str) -> int:
     """Drop a run's working memory and rebuild it from its observations (it is derived data:
     the rebuilt view equals the one the steps built). Returns the number of items kept."""
-    from memory.domain.working import rebuild
-    from memory.models import WorkingMemoryItem
-    from runs.models import Observation, Run
-
-    step = Run.objects.values_list("step", flat=True).get(pk=run_id)
-    observations = Observation.objects.filter(run_id=run_id).order_by("id")
-    items = rebuild(
-        observations.values("observation_id", "kind", "trust", "step", "content"), step=step
-    )
+    step, observations = run_selectors.run_observations(run_id=run_id)
+    items = rebuild(observations, step=step)
     with transaction.atomic():
         WorkingMemoryItem.objects.filter(run_id=run_id).delete()
         WorkingMemoryItem.objects.bulk_create(WorkingMemoryItem.from_item(run_id, i) for i in items)

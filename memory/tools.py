@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from memory.domain.preferences import KeyPolicy, check_preference
+from memory.models import PreferenceHistory, PreferenceRecord
+from memory.services import preference_write
 from policy.domain.contracts import (
     CallFacts,
     ConfirmationMode,
@@ -28,8 +30,6 @@ def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
         return check_preference(policies, arguments.get("key"), arguments.get("value"))
 
     def execute(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        from memory.services import preference_write
-
         if not ctx.confirmation_id:
             # Unreachable through the gate (per-call confirmation); refuse rather than trust.
             return ToolOutcome.rejected("MEMORY_SOURCE_NOT_CONFIRMED", "no user confirmation")
@@ -53,15 +53,11 @@ def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
         return ToolOutcome.succeeded({"key": arguments["key"], "version": result.version})
 
     def verify(arguments: dict[str, Any], value: dict[str, Any], ctx: ToolContext) -> Verification:
-        from memory.models import PreferenceRecord
-
         row = PreferenceRecord.objects.filter(subject=ctx.subject, key=arguments["key"]).first()
         ok = row is not None and row.value == arguments["value"] and row.revoked_at is None
         return Verification(ok=ok, code=None if ok else "PREFERENCE_NOT_STORED")
 
     def reconcile(token: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-        from memory.models import PreferenceHistory
-
         row = PreferenceHistory.objects.filter(idempotency_token=token).first()
         if row is None:
             return ToolOutcome.failed(

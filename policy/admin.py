@@ -1,7 +1,8 @@
 from django.contrib import admin
 
-from agentconsole.admin_base import ReadOnlyAdmin, masked_proposal, pretty
+from agentconsole import wiring
 from policy import models as m
+from policy.admin_base import ReadOnlyAdmin, masked_proposal, pretty
 
 
 @admin.register(m.Grant)
@@ -19,4 +20,4 @@ class ConfirmationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="proposal")
     def proposal_shown(self, obj: m.Confirmation) -> str:
-        return pretty(masked_proposal(obj.proposal))
+        return pretty(masked_proposal(obj.proposal, registry=wiring.registry()))

@@ -1,6 +1,13 @@
+import hashlib
+import re
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from policy.domain.redaction import configure
 
 
 class PolicyConfig(AppConfig):
@@ -8,8 +15,6 @@ class PolicyConfig(AppConfig):
     name = "policy"
 
     def ready(self) -> None:
-        from django.core.signals import setting_changed
-
         configure_secret_scanner()
         setting_changed.connect(_reconfigure)
 
@@ -20,14 +25,6 @@ def configure_secret_scanner() -> None:
     The tag's hash is keyed with a key derived from SECRET_KEY: every process of a deployment
     tags one secret alike, and nobody without the key can test guesses against a stored tag.
     """
-    import hashlib
-    import re
-
-    from django.conf import settings
-    from django.core.exceptions import ImproperlyConfigured
-
-    from policy.domain.redaction import configure
-
     patterns = list(getattr(settings, "AGENTCONSOLE_SECRET_PATTERNS", []))
     key = hashlib.sha256(b"agentconsole.redaction:" + settings.SECRET_KEY.encode()).digest()
     try:

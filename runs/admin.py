@@ -2,7 +2,8 @@ from typing import Any
 
 from django.contrib import admin
 
-from agentconsole.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
+from agentconsole import wiring
+from policy.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
 from runs import models as m
 
 # Every page shows stored content only (secrets were redacted before storage) and never a field
@@ -20,13 +21,15 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="pending proposal")
     def pending_proposal_shown(self, obj: m.Run) -> str:
-        return pretty(masked_proposal(obj.pending_proposal))
+        return pretty(masked_proposal(obj.pending_proposal, registry=wiring.registry()))
 
     @admin.display(description="planner")
     def planner_shown(self, obj: m.Run) -> str:
         planner: Any = obj.planner
         if isinstance(planner, dict) and isinstance(planner.get("outputs"), list):
-            planner = {**planner, "outputs": [masked_proposal(o) for o in planner["outputs"]]}
+            registry = wiring.registry()
+            outputs = [masked_proposal(o, registry=registry) for o in planner["outputs"]]
+            planner = {**planner, "outputs": outputs}
         return pretty(planner)
 
 
@@ -52,7 +55,11 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="arguments")
     def arguments_shown(self, obj: m.LedgerEntry) -> str:
-        return pretty(masked_arguments(obj.tool_name, obj.tool_version, obj.arguments))
+        return pretty(
+            masked_arguments(
+                obj.tool_name, obj.tool_version, obj.arguments, registry=wiring.registry()
+            )
+        )
 
 
 @admin.register(m.Artifact)

@@ -1,7 +1,7 @@
 """HTTP API of runs, trace, confirmations and handoffs: thin views over services and selectors.
 
 One APIView per operation, nested input/output serializers (HackSoft style). Errors leave as
-``{code, message, extra}`` through ``agentconsole.api.exception_handler``.
+``{code, message, extra}`` through ``policy.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
-from agentconsole.api import StrictSerializer, validated
-from agentconsole.roles import is_admin, is_operator, is_reviewer
+from agentconsole import wiring
 from policy.domain.errors import NotFound
-from policy.models import Confirmation, Grant
+from policy.http import StrictSerializer, validated
+from policy.models import Grant
+from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, selectors, services
 from runs import models as m
 from runs.domain.budgets import RunBudgets
@@ -176,6 +177,7 @@ class RunListCreate(APIView):
                 owner=request.user,
                 granted_by=request.user if grants else None,
                 enqueue=True,
+                ctx=wiring.context(),
             )
         except LimitError as exc:
             if exc.retry_after_s:
@@ -215,7 +217,13 @@ class RunCancel(APIView):
         if run.owner_id != request.user.pk and not is_operator(request.user):
             raise PermissionDenied("only the run's owner or an operator cancels it")
         data = validated(CancelIn, request.data)
-        services.run_cancel(run_id=run.pk, by=request.user, reason=data["reason"], enqueue=True)
+        services.run_cancel(
+            run_id=run.pk,
+            by=request.user,
+            reason=data["reason"],
+            enqueue=True,
+            ctx=wiring.context(),
+        )
         return Response(RunOut(m.Run.objects.get(pk=run.pk)).data)
 
 
@@ -295,83 +303,6 @@ RunLedger = _run_list_view(m.LedgerEntry, LedgerOut, "id")
 RunGrants = _run_list_view(Grant, GrantOut, "id")
 
 
-class ConfirmationOut(serializers.ModelSerializer):
-    confirmation_id = serializers.CharField(source="id")
-    run_id = serializers.CharField()
-    decided_by = serializers.CharField(source="decided_by.username", default=None)
-
-    class Meta:
-        model = Confirmation
-        fields = [
-            "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
-            "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
-            "requested_at", "decided_at", "decided_by",
-        ]  # fmt: skip
-
-
-def _confirmations_visible(user: Any) -> Any:
-    qs = Confirmation.objects.select_related("decided_by")
-    if is_operator(user) or is_reviewer(user):
-        return qs
-    return qs.filter(run__owner=user)
-
-
-class ConfirmationList(APIView):
-    @extend_schema(
-        parameters=[OpenApiParameter("status", str)], responses=ConfirmationOut(many=True)
-    )
-    def get(self, request: Request) -> Response:
-        wanted = request.query_params.get("status", "pending")
-        qs = _confirmations_visible(request.user).filter(status=wanted).order_by("-requested_at")
-        return Response(ConfirmationOut(qs[:MAX_PAGE], many=True).data)
-
-
-class ConfirmationDetail(APIView):
-    @extend_schema(responses=ConfirmationOut)
-    def get(self, request: Request, confirmation_id: str) -> Response:
-        c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
-        if c is None:
-            raise NotFound("no such confirmation")
-        data = ConfirmationOut(c).data
-        data["provenance"] = selectors.confirmation_provenance(confirmation=c)
-        return Response(data)
-
-
-class DecisionIn(StrictSerializer):
-    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
-
-
-def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
-    c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
-    if c is None:
-        raise NotFound("no such confirmation")
-    # Operators decide; a run's owner may decide for their own run (it is their confirmation).
-    if not is_operator(request.user) and c.run.owner_id != request.user.pk:
-        raise PermissionDenied("only operators or the run's owner decide confirmations")
-    data = validated(DecisionIn, request.data)
-    services.confirmation_decide(
-        confirmation_id=c.pk,
-        approved=approved,
-        shown_hash=data["proposal_hash"],
-        by=request.user,
-        enqueue=True,
-    )
-    c.refresh_from_db()
-    return Response(ConfirmationOut(c).data)
-
-
-class ConfirmationApprove(APIView):
-    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
-    def post(self, request: Request, confirmation_id: str) -> Response:
-        return _decide(request, confirmation_id, approved=True)
-
-
-class ConfirmationDecline(APIView):
-    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
-    def post(self, request: Request, confirmation_id: str) -> Response:
-        return _decide(request, confirmation_id, approved=False)
-
-
 class HandoffOut(serializers.ModelSerializer):
     run_id = serializers.CharField()
     assignee = serializers.CharField(source="assignee.username", default=None)
@@ -418,7 +349,9 @@ class HandoffClaim(APIView):
         _reviewer(request)
         validated(StrictSerializer, request.data or {})
         return Response(
-            HandoffOut(handoffs.handoff_claim(handoff_id=handoff_id, by=request.user)).data
+            HandoffOut(
+                handoffs.handoff_claim(handoff_id=handoff_id, by=request.user, ctx=wiring.context())
+            ).data
         )
 
 
@@ -438,7 +371,11 @@ class HandoffResolve(APIView):
         if h.assignee_id not in (None, request.user.pk) and not is_admin(request.user):
             raise PermissionDenied("this handoff is claimed by another reviewer")
         resolved = handoffs.handoff_resolve(
-            handoff_id=handoff_id, by=request.user, action=data["action"], reason=data["reason"]
+            handoff_id=handoff_id,
+            by=request.user,
+            action=data["action"],
+            reason=data["reason"],
+            ctx=wiring.context(),
         )
         return Response(HandoffOut(resolved).data)
 

@@ -25,8 +25,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentconsole.roles import is_operator, is_reviewer
 from policy.domain.errors import NotFound
+from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
 from runs.doorbell import CONSOLE_GROUP, run_group

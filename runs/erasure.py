@@ -48,9 +48,7 @@ _CONTENT: tuple[tuple[type[models.Model], tuple[str, ...]], ...] = (
 _MAX_RETRIES = 20
 
 
-def run_values_erase(
-    *, subject: str, values: Collection[str], by: str, store: OrmRunStore | None = None
-) -> int:
+def run_values_erase(*, subject: str, values: Collection[str], by: str, store: OrmRunStore) -> int:
     """Replace ``values`` in every record of ``subject``'s runs; return how many were replaced.
 
     Needs the caller's transaction (the memory erase): all or nothing with it.
@@ -66,10 +64,6 @@ def run_values_erase(
         raise RuntimeError("run_values_erase must run inside the erasing transaction")
     if not values:
         return 0
-    if store is None:
-        from agentconsole import wiring
-
-        store = wiring.store()
     # A fresh key per erasure, kept nowhere: the tags cannot be tested against guesses later.
     eraser = ValueEraser(values, key=secrets.token_bytes(32))
     run_ids = list(

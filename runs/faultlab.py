@@ -19,10 +19,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
+from agentconsole.celery import app
 from memory.models import PreferenceRecord
 from runs import models as m
 from runs.corpus import demo_corpus_dir, document_load
@@ -165,10 +168,6 @@ EXPERIMENTS = (
 def database_url() -> str:
     """The URL of the database this process is connected to (in tests: the test database),
     so the worker this module starts writes where this process reads."""
-    from urllib.parse import quote
-
-    from django.db import connection
-
     s = connection.settings_dict
     if connection.vendor == "sqlite":
         return f"sqlite:///{Path(s['NAME']).resolve()}"
@@ -295,8 +294,6 @@ def _wait(run_id: str, queue: str) -> m.Run | None:
 
 def _purge(queue: str) -> None:
     """Messages left by an earlier, interrupted lab run would only delay this one."""
-    from agentconsole.celery import app
-
     with app.connection_for_write() as conn:
         try:
             conn.default_channel.queue_purge(queue)

@@ -29,38 +29,22 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
+from django.db import IntegrityError
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy.domain.contracts import CancelSignal, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.errors import DomainError
 from policy.domain.proposals import ToolOutcome
 from runs.domain.runner import Execution
 from runs.domain.state import RunState
 from runs.executor import ThreadExecutor
+from runs.fault_switch import faults_enabled
+from runs.models import FaultFiring, Run
+from runs.services import run_cancel
 from runs.tools import artifacts
 
 CRASH_ENV = "AGENTCONSOLE_ALLOW_CRASH_FAULTS"
 HANG_LIMIT_S = 120
-
-
-class FaultsDisabled(DomainError):
-    code = "FAULTS_DISABLED"
-    http_status = 400
-
-
-def faults_enabled() -> bool:
-    from django.conf import settings
-
-    return getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False) is True
-
-
-def require_faults_enabled() -> None:
-    """Refuse a fault plan where fault injection is off: it would silently do nothing."""
-    if not faults_enabled():
-        raise FaultsDisabled(
-            "this deployment does not inject faults (AGENTCONSOLE_FAULTS_ENABLED is off)"
-        )
 
 
 class _Strict(BaseModel):
@@ -96,10 +80,6 @@ class FaultPlan(_Strict):
 def _fire(run_id: str, fault: str) -> bool:
     """Record that ``fault`` fires for this run; False if it already did (committed first, so a
     crash fault never fires again after the worker restarts)."""
-    from django.db import IntegrityError
-
-    from runs.models import FaultFiring
-
     try:
         FaultFiring.objects.create(run_id=run_id, fault=fault)
     except IntegrityError:
@@ -139,8 +119,6 @@ def faulted_contract(contract: ToolContract, plan: FaultPlan, run_id: str) -> To
         if crash and crash.point == "before_tool" and _fire(run_id, "crash"):
             return _die("before_tool")
         if cancel and _fire(run_id, "cancel_during_tool"):
-            from runs.services import run_cancel
-
             run_cancel(run_id=run_id, by="faultlab", reason="cancel_during_tool")
             ctx.cancel.wait(5)  # the worker's watcher turns "cancelling" into this signal
             if cancel.effect == "unknown":
@@ -215,8 +193,6 @@ def _inject(
 
 
 def plan_for(run_id: str) -> FaultPlan | None:
-    from runs.models import Run
-
     raw = Run.objects.filter(pk=run_id).values_list("faults", flat=True).first()
     return FaultPlan.model_validate(raw) if raw else None
 

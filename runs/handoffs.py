@@ -14,14 +14,14 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agentconsole import wiring
-from agentconsole.roles import actor_name, user_or_none
 from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.proposals import OutcomeStatus
 from policy.domain.redaction import redact_secrets
+from policy.roles import actor_name, user_or_none
 from runs import models as m
+from runs.context import RunsContext, resolve
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.machine import TERMINAL
@@ -43,9 +43,9 @@ class HandoffError(DomainError):
     http_status = 409
 
 
-def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
+def handoff_claim(*, handoff_id: int, by: Any, ctx: RunsContext | None = None) -> m.Handoff:
     """open → claimed by ``by``; a second claim is a conflict (compare-and-set on status)."""
-    store = wiring.store()
+    store = resolve(ctx).store()
     with transaction.atomic():
         n = m.Handoff.objects.filter(pk=handoff_id, status="open").update(
             status="claimed", assignee=user_or_none(by), claimed_at=timezone.now()
@@ -70,7 +70,9 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
     raise HandoffError("run too busy", code="RUN_BUSY")
 
 
-def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.Handoff:
+def handoff_resolve(
+    *, handoff_id: int, by: Any, action: str, reason: str, ctx: RunsContext | None = None
+) -> m.Handoff:
     """Resolve a claimed handoff with one command; the effect check comes from the reviewer
     (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it."""
     if action not in ACTIONS:
@@ -91,13 +93,16 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
         .order_by("-id")
         .first()
     )
-    store = wiring.store()
+    ctx = resolve(ctx)
+    store = ctx.store()
     result: dict[str, Any] = {"action": action}
     new_status = None
     if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
         if row is None:
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
-        new_status, outcome = _effect_action(action, row, store, by=actor_name(by), reason=reason)
+        new_status, outcome = _effect_action(
+            action, row, store, ctx, by=actor_name(by), reason=reason
+        )
         result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
     with transaction.atomic():
         if new_status is not None:
@@ -137,13 +142,13 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
 
 
 def _effect_action(
-    action: str, row: m.LedgerEntry, store: Any, *, by: str, reason: str
+    action: str, row: m.LedgerEntry, store: Any, ctx: RunsContext, *, by: str, reason: str
 ) -> tuple[str, dict[str, Any]]:
     if action == "mark_effect_present":
         return "reconciled", {"effect": "present"}
     if action == "mark_effect_absent":
         return "failed", {"effect": "absent"}
-    registered = wiring.registry().get(row.tool_name, row.tool_version)
+    registered = ctx.registry().get(row.tool_name, row.tool_version)
     if registered is None:
         raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
     contract = registered.contract
@@ -154,7 +159,7 @@ def _effect_action(
         now_ms=int(time.time() * 1000),
         timeout_ms=contract.timeout_ms,
     )
-    executor = wiring.executor()
+    executor = ctx.executor()
     if action == "retry_same_token":
         # Same command, same idempotency token: an idempotent tool cannot double the effect.
         execution = executor.run(command, contract, state, CancelSignal())

@@ -6,13 +6,14 @@ import json
 import os
 import sys
 
+import django
+
 
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
-    import django
-
     django.setup()
 
+    # import here: the child is a fresh process; these modules need Django set up first.
     from agentconsole import wiring
     from policy.domain.contracts import CancelSignal, ToolContext
     from policy.domain.proposals import ToolOutcome
@@ -26,6 +27,7 @@ def main() -> int:
         contract = registered.contract
         if request.get("faults") is True:
             # Only when the parent runs the fault-injecting executor (the fault lab, tests).
+            # import here: after django.setup(), and never in a child without faults.
             from runs.faults import faulted_contract, plan_for
 
             plan = plan_for(c["run_id"])

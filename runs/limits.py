@@ -30,6 +30,7 @@ from django.db.models import Case, F, Q, Value, When
 from policy.domain.errors import DomainError
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL
+from runs.models import Run, SubjectUsage
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -120,8 +121,6 @@ def check_subject(*, subject: str, limits: RunLimits, now_ms: int) -> None:
     (PostgreSQL: ``SELECT … FOR UPDATE`` on the row; SQLite: transactions take the write lock
     at BEGIN, see settings, so writers are serialized anyway.)
     """
-    from runs.models import Run, SubjectUsage
-
     if not (limits.max_active_runs or limits.daily_steps):
         return
     SubjectUsage.objects.bulk_create(
@@ -161,8 +160,6 @@ class OrmStepQuota:
         self.daily_steps = daily_steps
 
     def take(self, subject: str, now_ms: int) -> bool:
-        from runs.models import SubjectUsage
-
         if not self.daily_steps:
             return True
         today = utc_day(now_ms)
@@ -176,8 +173,6 @@ class OrmStepQuota:
         return self._spend(subject, today)
 
     def _spend(self, subject: str, today: dt.date) -> bool:
-        from runs.models import SubjectUsage
-
         spent = (
             SubjectUsage.objects.filter(subject=subject)
             .filter(Q(day__lt=today) | Q(steps__lt=self.daily_steps))
@@ -191,8 +186,6 @@ class OrmStepQuota:
 
     def give_back(self, subject: str, now_ms: int) -> None:
         """A step taken but never spent (the commit lost a race): return it, same day only."""
-        from runs.models import SubjectUsage
-
         if not self.daily_steps:
             return
         SubjectUsage.objects.filter(subject=subject, day=utc_day(now_ms), steps__gt=0).update(

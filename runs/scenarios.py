@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
 from runs import selectors, services
+from runs.context import RunsContext
 from runs.domain.budgets import RunBudgets
 from runs.domain.ids import INPUT_ID_PATTERN
 from runs.domain.machine import Status
@@ -105,7 +106,12 @@ def parse_scenario(text: str | bytes) -> Scenario:
 
 
 def create_run(
-    scenario: Scenario, *, owner: Any = None, enqueue: bool = False, queue: str | None = None
+    scenario: Scenario,
+    *,
+    owner: Any = None,
+    enqueue: bool = False,
+    queue: str | None = None,
+    ctx: RunsContext | None = None,
 ) -> Any:
     """The run a scenario describes: grants and confirmations bound to its new id."""
     return services.run_create(
@@ -119,25 +125,30 @@ def create_run(
         faults=scenario.faults.model_dump() if scenario.faults else None,
         enqueue=enqueue,
         queue=queue,
+        ctx=ctx,
     )
 
 
-def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
+def run_scenario(
+    scenario: Scenario, *, owner: Any = None, ctx: RunsContext | None = None
+) -> dict[str, Any]:
     """Create the run, advance it in-process, apply ``human`` actions whenever it waits."""
     if scenario.faults and scenario.faults.crash_worker_at:
         # A crash is a real SIGKILL of the process that runs the tool: never this one.
         raise ScenarioError(
             "crash_worker_at needs a worker process: use faultlab", code="SCENARIO_NEEDS_WORKER"
         )
-    state = create_run(scenario, owner=owner)
+    state = create_run(scenario, owner=owner, ctx=ctx)
     human = list(scenario.human)
     while True:
-        state = services.run_advance(run_id=state.run_id) or services.run_state(run_id=state.run_id)
+        state = services.run_advance(run_id=state.run_id, ctx=ctx) or services.run_state(
+            run_id=state.run_id, ctx=ctx
+        )
         if state.status is not Status.WAITING_CONFIRMATION or not human:
             break
         action = human.pop(0)
         if action.action == "cancel":
-            services.run_cancel(run_id=state.run_id, by="scenario", reason=action.reason)
+            services.run_cancel(run_id=state.run_id, by="scenario", reason=action.reason, ctx=ctx)
             continue
         pending = selectors.confirmation_get(confirmation_id=state.pending_confirmation_id)
         services.confirmation_decide(
@@ -145,5 +156,6 @@ def run_scenario(scenario: Scenario, *, owner: Any = None) -> dict[str, Any]:
             approved=action.action == "approve",
             shown_hash=pending.proposal_hash,
             by="scenario",
+            ctx=ctx,
         )
     return selectors.run_export(run_id=state.run_id)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from memory.models import PreferenceRecord
+from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
-from policy.models import Confirmation, Grant
+from policy.models import Confirmation
+from policy.roles import sees_all_runs
+from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
-from runs.store import _row_to_state
-
-
-def confirmation_get(*, confirmation_id: str | None) -> Confirmation:
-    row = Confirmation.objects.filter(pk=confirmation_id).first() if confirmation_id else None
-    if row is None:
-        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
-    return row
+from runs.context import RunsContext, resolve
+from runs.rows import row_to_state
 
 
 def run_export(*, run_id: str) -> dict[str, Any]:
@@ -24,7 +22,7 @@ def run_export(*, run_id: str) -> dict[str, Any]:
     if run is None:
         raise NotFound(f"no run {run_id}", run_id=run_id)
     return {
-        "state": _row_to_state(run).public(),
+        "state": row_to_state(run).public(),
         "trace": list(
             m.TraceEvent.objects.filter(run=run)
             .order_by("sequence")
@@ -52,33 +50,8 @@ def run_export(*, run_id: str) -> dict[str, Any]:
                 "step",
             )
         ),
-        "grants": list(
-            Grant.objects.filter(run=run)
-            .order_by("id")
-            .values(
-                "id",
-                "capability",
-                "resource_scope",
-                "expires_at_step",
-                "max_calls",
-                "calls_used",
-                "constraints",
-            )
-        ),
-        "confirmations": list(
-            Confirmation.objects.filter(run=run)
-            .order_by("requested_at", "id")
-            .values(
-                "id",
-                "proposal_hash",
-                "tool_name",
-                "tool_version",
-                "status",
-                "expires_at_step",
-                "cites_untrusted",
-                "origin",
-            )
-        ),
+        "grants": policy_selectors.grants_export(run_id=run.pk),
+        "confirmations": policy_selectors.confirmations_export(run_id=run.pk),
         "preferences": list(
             PreferenceRecord.objects.filter(subject=run.subject)
             .order_by("key")
@@ -98,21 +71,23 @@ def run_export(*, run_id: str) -> dict[str, Any]:
     }
 
 
-def planner_context(*, run_id: str) -> dict[str, Any]:
+def planner_context(*, run_id: str, ctx: RunsContext | None = None) -> dict[str, Any]:
     """Exactly what the planner would receive for the run's next step: the bounded working
     memory (with trust labels) and the subject's preferences as structured data."""
-    from dataclasses import asdict
-
-    from agentconsole import wiring
-
-    runner = wiring.runner()
+    runner = resolve(ctx).runner()
     return asdict(runner.context(runner.store.load(run_id)))
+
+
+def run_observations(*, run_id: str) -> tuple[int, Any]:
+    """The run's current step and its observations in order (as values), for memory's rebuild
+    of working memory."""
+    step = m.Run.objects.values_list("step", flat=True).get(pk=run_id)
+    observations = m.Observation.objects.filter(run_id=run_id).order_by("id")
+    return step, observations.values("observation_id", "kind", "trust", "step", "content")
 
 
 def runs_visible(*, user: Any) -> Any:
     """Runs a user may see: operators, reviewers and admins all; a user their own."""
-    from agentconsole.roles import sees_all_runs
-
     qs = m.Run.objects.all()
     return qs if sees_all_runs(user) else qs.filter(owner=user)
 
@@ -140,6 +115,6 @@ def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any
 def queue_counts() -> dict[str, int]:
     """Two indexed counts: the operator queue and the handoff inbox."""
     return {
-        "pending_confirmations": Confirmation.objects.filter(status="pending").count(),
+        "pending_confirmations": policy_selectors.pending_confirmations_count(),
         "open_handoffs": m.Handoff.objects.exclude(status="resolved").count(),
     }

@@ -8,35 +8,31 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.db import transaction
 
-from agentconsole import wiring
-from agentconsole.roles import actor_name, user_or_none
+from policy import services as policy_services
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, LeaseLost, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
+from policy.roles import actor_name, user_or_none
+from policy.services import ConfirmationNotPending
+from runs import erasure
+from runs.context import RunsContext, resolve
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from runs.fault_switch import require_faults_enabled
+from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 from runs.limits import RunLimits, check_budgets, check_subject
-
-
-class ConfirmationMismatch(DomainError):
-    code = "CONFIRMATION_HASH_MISMATCH"
-    http_status = 409
-
-
-class ConfirmationNotPending(DomainError):
-    code = "CONFIRMATION_NOT_PENDING"
-    http_status = 409
+from runs.models import Run
 
 
 class ConfirmationIdInvalid(DomainError):
@@ -63,6 +59,7 @@ def run_create(
     faults: dict[str, Any] | None = None,
     queue: str | None = None,
     limits: RunLimits | None = None,
+    ctx: RunsContext | None = None,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -75,8 +72,6 @@ def run_create(
     goal, planner = redact_secrets(goal), redact_secrets(planner)
     confirmations = [{**c, "proposal": redact_secrets(c["proposal"])} for c in confirmations]
     if faults:
-        from runs.faults import require_faults_enabled
-
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -116,7 +111,7 @@ def run_create(
             )
         )
         proposals[cid] = p
-    store = wiring.store()
+    store = resolve(ctx).store()
     with transaction.atomic():
         # First in the transaction: the lock on the subject's row is held until the run exists.
         check_subject(subject=subject, limits=limits, now_ms=now)
@@ -162,17 +157,16 @@ def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:
 def enqueue_advance(
     run_id: str, *, queue: str | None = None, handed_back: str | None = None
 ) -> None:
-    from runs.tasks import advance_run
+    """Ask a worker to advance the run: the root's ``enqueue`` (runs.tasks.enqueue_advance).
 
-    args = (run_id,) if handed_back is None else (run_id, handed_back)
-    if queue:
-        advance_run.apply_async(args, queue=queue)
-    else:
-        advance_run.apply_async(args)
+    Takes no context: every enqueue of this module goes through this one function (tests
+    replace it to record what would be sent), and there is one Celery app per process.
+    """
+    resolve(None).enqueue(run_id, queue=queue, handed_back=handed_back)
 
 
-def run_state(*, run_id: str) -> RunState:
-    return wiring.store().load(run_id)
+def run_state(*, run_id: str, ctx: RunsContext | None = None) -> RunState:
+    return resolve(ctx).store().load(run_id)
 
 
 def run_advance(
@@ -181,6 +175,7 @@ def run_advance(
     slice_steps: int = 0,
     queue: str | None = None,
     handed_back: str | None = None,
+    ctx: RunsContext | None = None,
 ) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
     holds it (that worker advances it; this one leaves it alone).
@@ -197,18 +192,14 @@ def run_advance(
     Slicing is per run: a subject with k runs queued gets k turns for another subject's one.
     That share is bounded by the active-runs limit (``runs.limits``), not by this function.
     """
-    from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
-
     owner = new_owner()
     if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back):
-        from runs.models import Run
-
         if not Run.objects.filter(pk=run_id).exists():
             raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
     next_message = None
     try:
-        state = wiring.runner(owner).advance(run_id, slice_steps=slice_steps)
+        state = resolve(ctx).runner(owner).advance(run_id, slice_steps=slice_steps)
         if slice_steps and state.status is Status.RUNNING:
             next_message = lease_hand_back(run_id=run_id, owner=owner)
     except LeaseLost:
@@ -230,22 +221,17 @@ def confirmation_decide(
     shown_hash: str,
     by: Any = None,
     enqueue: bool = False,
+    ctx: RunsContext | None = None,
 ) -> RunState:
     """A person approves or declines the pending confirmation they were shown.
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
     the decision is refused (a stale click can never approve a different proposal).
     """
-    from policy.models import Confirmation as ConfirmationRow
-
-    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
-    if row is None:
-        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
-    if row.proposal_hash != shown_hash:
-        raise ConfirmationMismatch("the proposal changed since it was shown")
-    if row.status != ConfirmationStatus.PENDING.value:
-        raise ConfirmationNotPending(f"confirmation is {row.status}")
-    store = wiring.store()
+    row = policy_services.confirmation_for_decision(
+        confirmation_id=confirmation_id, shown_hash=shown_hash
+    )
+    store = resolve(ctx).store()
     state = store.load(row.run_id)
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
         raise ConfirmationNotPending("the run is not waiting for this confirmation")
@@ -262,9 +248,16 @@ def confirmation_decide(
     return state
 
 
-def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool = False) -> RunState:
+def run_cancel(
+    *,
+    run_id: str,
+    by: Any = None,
+    reason: str = "",
+    enqueue: bool = False,
+    ctx: RunsContext | None = None,
+) -> RunState:
     """Cancel a run: new tools stop at once; ``cancelled`` only once no tool is active."""
-    store = wiring.store()
+    store = resolve(ctx).store()
     for _ in range(10):
         state = store.load(run_id)
         if state.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.CANCELLING):
@@ -281,3 +274,12 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool =
         except DomainError:
             continue  # the run moved while we decided; decide again on the fresh state
     raise DomainError("run is too busy to cancel; try again", code="RUN_BUSY")
+
+
+def run_values_erase(
+    *, subject: str, values: Collection[str], by: str, ctx: RunsContext | None = None
+) -> int:
+    """The runs side of a memory erase (runs.erasure); needs the caller's transaction."""
+    return erasure.run_values_erase(
+        subject=subject, values=values, by=by, store=resolve(ctx).store()
+    )

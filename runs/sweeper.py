@@ -19,9 +19,10 @@ from datetime import timedelta
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import models as m
+from runs import services
+from runs.context import RunsContext, resolve
 from runs.domain import step as steps
 from runs.domain.machine import Status
 
@@ -36,15 +37,17 @@ class SweepReport:
 
 
 def sweep(
-    *, now_ms: int | None = None, enqueue: bool = True, queue: str | None = None
+    *,
+    now_ms: int | None = None,
+    enqueue: bool = True,
+    queue: str | None = None,
+    ctx: RunsContext | None = None,
 ) -> SweepReport:
     """One sweep. ``enqueue=False`` advances stranded runs in this process instead."""
-    from runs import services
-
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     now = timezone.now()
     report = SweepReport()
-    store = wiring.store()
+    store = resolve(ctx).store()
 
     overdue_waiting = m.Run.objects.filter(
         status=Status.WAITING_CONFIRMATION.value, deadline_ms__lte=now_ms
@@ -71,5 +74,5 @@ def sweep(
         if enqueue:
             services.enqueue_advance(run_id, queue=queue)
         else:
-            services.run_advance(run_id=run_id)
+            services.run_advance(run_id=run_id, ctx=ctx)
     return report

@@ -1,4 +1,9 @@
-"""Celery tasks: thin, ids only (STYLE habit 8)."""
+"""Celery tasks: thin, ids only (STYLE habit 8).
+
+The tasks run with the context the composition root installed when the worker started Django
+(``agentconsole.apps``): ``agentconsole.wiring`` imports this module (its ``enqueue_advance``
+is how services send a run to a worker), so this module does not import it back.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from celery import shared_task
 from django.conf import settings
 
 from runs import services
+from runs.sweeper import sweep as run_sweep
 
 
 @shared_task(name="runs.advance_run", acks_late=True, bind=True)
@@ -30,7 +36,16 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
 
 @shared_task(name="runs.sweep")
 def sweep() -> dict[str, int]:
-    from runs.sweeper import sweep as run_sweep
-
     report = run_sweep()
     return {"expired_waiting": len(report.expired_waiting), "requeued": len(report.requeued)}
+
+
+def enqueue_advance(
+    run_id: str, *, queue: str | None = None, handed_back: str | None = None
+) -> None:
+    """Send the message that advances ``run_id`` (to ``queue``, else the default one)."""
+    args = (run_id,) if handed_back is None else (run_id, handed_back)
+    if queue:
+        advance_run.apply_async(args, queue=queue)
+    else:
+        advance_run.apply_async(args)

@@ -25,6 +25,7 @@ from policy.domain.contracts import (
     ToolContract,
 )
 from policy.domain.proposals import ToolOutcome, Verification
+from runs.models import Artifact
 
 ROOT = "run-output"
 RESOURCE = PathResource(field="path", root=ROOT)
@@ -62,8 +63,6 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def execute(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    from runs.models import Artifact
-
     data = arguments["content"].encode("utf-8")
     path = target_path(ctx, arguments["path"])
     digest = _sha(data)
@@ -105,8 +104,6 @@ def verify(arguments: dict[str, Any], value: dict[str, Any], ctx: ToolContext) -
 
 
 def reconcile(token: str, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    from runs.models import Artifact
-
     row = Artifact.objects.filter(idempotency_token=token).first()
     path = target_path(ctx, arguments["path"])
     if row is not None and path.exists() and _sha(path.read_bytes()) == row.sha256:

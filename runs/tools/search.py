@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.db.models import Q
+
 from policy.domain.contracts import (
     ConfirmationMode,
     CorpusResource,
@@ -17,6 +19,7 @@ from policy.domain.contracts import (
     ToolContract,
 )
 from policy.domain.proposals import ToolOutcome, TrustLabel
+from runs.models import Document
 
 MAX_CANDIDATES = 200
 MAX_PASSAGE_CHARS = 600
@@ -39,9 +42,6 @@ def _score(passage: str, query_terms: list[str]) -> int:
 
 
 def execute(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    from django.db.models import Q
-
-    from runs.models import Document
 
     query = arguments["query"]
     corpus = arguments.get("corpus", "public")

@@ -29,7 +29,7 @@ FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
 ROLES = ("operator", "reviewer", "user", "admin")
 HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
 
-# The codes a client may rely on (agentconsole/api.py, runs/services.py, runs/handoffs.py,
+# The codes a client may rely on (policy/http.py, runs/services.py, runs/handoffs.py,
 # memory/services.py). The message is for humans and may change; the code may not.
 NOT_AUTHENTICATED = "NOT_AUTHENTICATED"
 PERMISSION_DENIED = "PERMISSION_DENIED"

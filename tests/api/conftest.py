@@ -1,7 +1,7 @@
 """HTTP API acceptance tests (issue 5, SPEC §7): every route for every persona, the error shape,
 session/CSRF and token auth, the 20-way approval race and a bounded schemathesis run.
 
-The personas (``people`` fixture) and what each may do — agentconsole/roles.py, runs/apis.py,
+The personas (``people`` fixture) and what each may do — policy/roles.py, runs/apis.py,
 memory/apis.py:
 
 - ``anonymous``: no credentials. Only the schema, the docs and the token endpoint answer; every

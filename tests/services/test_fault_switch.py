@@ -18,7 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentconsole import wiring
-from runs import faults, services
+from runs import fault_switch, faults, services
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.executor import ThreadExecutor
@@ -74,7 +74,7 @@ def test_off_a_tool_call_costs_no_fault_lookup(settings):
 def test_off_a_run_with_a_fault_plan_is_refused_at_creation(settings):
     """issue 9 item 6: a plan that would silently do nothing is refused: FAULTS_DISABLED."""
     settings.AGENTCONSOLE_FAULTS_ENABLED = False
-    with pytest.raises(faults.FaultsDisabled) as raised:
+    with pytest.raises(fault_switch.FaultsDisabled) as raised:
         services.run_create(
             subject="alice",
             goal="g",

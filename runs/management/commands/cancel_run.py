@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import services
 
@@ -21,7 +22,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             state = services.run_cancel(
-                run_id=options["run_id"], by=options["by"], reason=options["reason"], enqueue=True
+                run_id=options["run_id"],
+                by=options["by"],
+                reason=options["reason"],
+                enqueue=True,
+                ctx=wiring.context(),
             )
         except DomainError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None

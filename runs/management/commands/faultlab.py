@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.fault_switch import FaultsDisabled, require_faults_enabled
 from runs.faultlab import EXPERIMENTS, run_all
-from runs.faults import FaultsDisabled, require_faults_enabled
 
 
 class Command(BaseCommand):

@@ -21,6 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentconsole import wiring
 from runs.corpus import demo_corpus_dir, document_load
 from runs.models import Run
 from runs.scenarios import parse_scenario, run_scenario
@@ -77,7 +78,9 @@ class Command(BaseCommand):
             path = scenarios_dir() / name
             if not path.exists():
                 continue
-            state = run_scenario(parse_scenario(path.read_bytes()), owner=owner)["state"]
+            state = run_scenario(
+                parse_scenario(path.read_bytes()), owner=owner, ctx=wiring.context()
+            )["state"]
             self.stdout.write(f"scenario {name}: {state['status']} ({state['stop_reason']})")
 
 

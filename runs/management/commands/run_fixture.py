@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs.scenarios import MAX_SCENARIO_BYTES, parse_scenario, run_scenario
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"SCENARIO_UNREADABLE: {path}: {exc.strerror}") from None
         try:
-            result = run_scenario(parse_scenario(text))
+            result = run_scenario(parse_scenario(text), ctx=wiring.context())
         except DomainError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         if options["json"]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from agentconsole import wiring
 from runs.sweeper import sweep
 
 
@@ -18,7 +19,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = sweep(enqueue=not options["inline"])
+        report = sweep(enqueue=not options["inline"], ctx=wiring.context())
         self.stdout.write(
             f"expired waiting runs: {len(report.expired_waiting)}; "
             f"stranded runs handed back: {len(report.requeued)}"

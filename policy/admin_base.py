@@ -6,9 +6,13 @@ change only through services and the state machine.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
+
+from policy.domain.redaction import MASK, redact_fields
+from policy.domain.registry import ToolRegistry
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -22,33 +26,33 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-def masked_arguments(tool_name: Any, tool_version: Any, arguments: Any) -> Any:
+def masked_arguments(
+    tool_name: Any, tool_version: Any, arguments: Any, *, registry: ToolRegistry
+) -> Any:
     """A proposal's arguments as the trace would show them: the fields the tool's contract names
     as redacted are masked (the ledger keeps them because the tool needs them, the admin does
     not). An unregistered tool's arguments are masked whole: nobody said which are safe."""
-    from agentconsole.wiring import registry
-    from policy.domain.redaction import MASK, redact_fields
-
     if not isinstance(arguments, dict):
         return arguments
-    registered = registry().get(str(tool_name), str(tool_version))
+    registered = registry.get(str(tool_name), str(tool_version))
     if registered is None:
         return dict.fromkeys(arguments, MASK)
     return redact_fields(arguments, registered.contract.redacted_fields)
 
 
-def masked_proposal(proposal: Any) -> Any:
+def masked_proposal(proposal: Any, *, registry: ToolRegistry) -> Any:
     if not isinstance(proposal, dict) or "arguments" not in proposal:
         return proposal
     return {
         **proposal,
         "arguments": masked_arguments(
-            proposal.get("tool_name"), proposal.get("tool_version"), proposal["arguments"]
+            proposal.get("tool_name"),
+            proposal.get("tool_version"),
+            proposal["arguments"],
+            registry=registry,
         ),
     }
 
 
 def pretty(value: Any) -> str:
-    import json
-
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

@@ -17,6 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from policy.domain.canonical import canonical
+from policy.domain.errors import CanonicalError
+
 # DRF exceptions whose code is not simply their ``default_code`` upper-cased.
 _DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.ValidationError: "VALIDATION_ERROR",
@@ -109,9 +112,6 @@ class LimitedJSONParser(parsers.JSONParser):
 def _check_json(data: Any) -> None:
     """What a JSON column of every supported database can store: no NaN/Infinity, no lone
     surrogates, no NUL characters, at most 64 levels deep."""
-    from policy.domain.canonical import canonical
-    from policy.domain.errors import CanonicalError
-
     try:
         text = canonical(data)
     except CanonicalError as exc:

@@ -1,0 +1,105 @@
+"""HTTP API of confirmations: the operator queue, a confirmation with its provenance, and the
+decision. Thin views: the decision is a run transition (runs.services.confirmation_decide), the
+provenance is the run's observations (runs.selectors); the records are policy's.
+
+Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentconsole import wiring
+from policy.domain.errors import NotFound
+from policy.http import StrictSerializer, validated
+from policy.models import Confirmation
+from policy.roles import is_operator, is_reviewer
+from runs import selectors as run_selectors
+from runs import services as run_services
+
+MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
+
+
+class ConfirmationOut(serializers.ModelSerializer):
+    confirmation_id = serializers.CharField(source="id")
+    run_id = serializers.CharField()
+    decided_by = serializers.CharField(source="decided_by.username", default=None)
+
+    class Meta:
+        model = Confirmation
+        fields = [
+            "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
+            "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
+            "requested_at", "decided_at", "decided_by",
+        ]  # fmt: skip
+
+
+def _confirmations_visible(user: Any) -> Any:
+    qs = Confirmation.objects.select_related("decided_by")
+    if is_operator(user) or is_reviewer(user):
+        return qs
+    return qs.filter(run__owner=user)
+
+
+class ConfirmationList(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str)], responses=ConfirmationOut(many=True)
+    )
+    def get(self, request: Request) -> Response:
+        wanted = request.query_params.get("status", "pending")
+        qs = _confirmations_visible(request.user).filter(status=wanted).order_by("-requested_at")
+        return Response(ConfirmationOut(qs[:MAX_PAGE], many=True).data)
+
+
+class ConfirmationDetail(APIView):
+    @extend_schema(responses=ConfirmationOut)
+    def get(self, request: Request, confirmation_id: str) -> Response:
+        c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
+        if c is None:
+            raise NotFound("no such confirmation")
+        data = ConfirmationOut(c).data
+        data["provenance"] = run_selectors.confirmation_provenance(confirmation=c)
+        return Response(data)
+
+
+class DecisionIn(StrictSerializer):
+    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+
+
+def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
+    c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
+    if c is None:
+        raise NotFound("no such confirmation")
+    # Operators decide; a run's owner may decide for their own run (it is their confirmation).
+    if not is_operator(request.user) and c.run.owner_id != request.user.pk:
+        raise PermissionDenied("only operators or the run's owner decide confirmations")
+    data = validated(DecisionIn, request.data)
+    run_services.confirmation_decide(
+        confirmation_id=c.pk,
+        approved=approved,
+        shown_hash=data["proposal_hash"],
+        by=request.user,
+        enqueue=True,
+        ctx=wiring.context(),
+    )
+    c.refresh_from_db()
+    return Response(ConfirmationOut(c).data)
+
+
+class ConfirmationApprove(APIView):
+    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        return _decide(request, confirmation_id, approved=True)
+
+
+class ConfirmationDecline(APIView):
+    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        return _decide(request, confirmation_id, approved=False)

@@ -1,0 +1,151 @@
+"""Writes of grants and confirmations: every change to their rows goes through here.
+
+Each compare-and-set returns whether its row matched, and the caller decides what a miss means:
+the run store (runs.store, runs.writers) calls these inside the one transaction of a step's
+commit and turns a miss into a version conflict, which rolls the whole commit back. Nothing here
+opens a transaction of its own, so a confirmation request commits with the run's own
+compare-and-set or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db.models import F, Q
+from django.utils import timezone
+
+from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.errors import DomainError, NotFound
+from policy.domain.grants import CapabilityGrant
+from policy.models import Confirmation as ConfirmationRow
+from policy.models import Grant
+
+
+class ConfirmationMismatch(DomainError):
+    code = "CONFIRMATION_HASH_MISMATCH"
+    http_status = 409
+
+
+class ConfirmationNotPending(DomainError):
+    code = "CONFIRMATION_NOT_PENDING"
+    http_status = 409
+
+
+def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
+    """The pending confirmation a person decides, if it is still the one they were shown.
+
+    ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
+    the decision is refused (a stale click can never approve a different proposal).
+    """
+    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
+    if row is None:
+        raise NotFound("no such confirmation", confirmation_id=confirmation_id)
+    if row.proposal_hash != shown_hash:
+        raise ConfirmationMismatch("the proposal changed since it was shown")
+    if row.status != ConfirmationStatus.PENDING.value:
+        raise ConfirmationNotPending(f"confirmation is {row.status}")
+    return row
+
+
+def grants_create(*, run_id: str, grants: Sequence[CapabilityGrant], granted_by: Any) -> None:
+    """A new run's grants: trusted input from its creator, bound to the run's id."""
+    Grant.objects.bulk_create(
+        Grant(
+            id=g.grant_id,
+            run_id=run_id,
+            capability=g.capability,
+            resource_scope=g.resource_scope,
+            expires_at_step=g.expires_at_step,
+            max_calls=g.max_calls,
+            calls_used=g.calls_used,
+            constraints={k: c.model_dump(exclude_unset=True) for k, c in g.constraints.items()},
+            granted_by=granted_by,
+        )
+        for g in grants
+    )
+
+
+def confirmations_create(
+    *,
+    run_id: str,
+    confirmations: Sequence[Confirmation],
+    proposals: Mapping[str, dict[str, Any]],
+) -> None:
+    """A new run's confirmations decided in advance (a scenario file), with their proposals."""
+    ConfirmationRow.objects.bulk_create(
+        ConfirmationRow(
+            id=c.confirmation_id,
+            run_id=run_id,
+            proposal_hash=c.proposal_hash,
+            tool_name=proposals.get(c.confirmation_id, {}).get("tool_name", ""),
+            tool_version=proposals.get(c.confirmation_id, {}).get("tool_version", ""),
+            proposal=proposals.get(c.confirmation_id),
+            status=c.status.value,
+            expires_at_step=c.expires_at_step,
+            origin="scenario",
+            decided_at=timezone.now() if c.status is not ConfirmationStatus.PENDING else None,
+        )
+        for c in confirmations
+    )
+
+
+def confirmation_request(
+    *,
+    run_id: str,
+    confirmation_id: str,
+    proposal_hash: str,
+    tool_name: str,
+    tool_version: str,
+    proposal: dict[str, Any],
+    expires_at_step: int,
+    cites_untrusted: bool,
+) -> None:
+    """A pending confirmation for a proposal the gate held for a person."""
+    ConfirmationRow.objects.create(
+        id=confirmation_id,
+        run_id=run_id,
+        proposal_hash=proposal_hash,
+        tool_name=tool_name,
+        tool_version=tool_version,
+        proposal=proposal,
+        status=ConfirmationStatus.PENDING.value,
+        expires_at_step=expires_at_step,
+        cites_untrusted=cites_untrusted,
+    )
+
+
+def confirmation_record_decision(
+    *, run_id: str, confirmation_id: str, approved: bool, decided_by: Any
+) -> bool:
+    """pending -> approved/declined; False if it was no longer pending (decided concurrently)."""
+    status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    n = ConfirmationRow.objects.filter(
+        pk=confirmation_id, run_id=run_id, status=ConfirmationStatus.PENDING.value
+    ).update(status=status.value, decided_at=timezone.now(), decided_by=decided_by)
+    return n == 1
+
+
+def confirmation_consume(*, run_id: str, confirmation_id: str) -> bool:
+    """approved -> consumed, once; False if another command used it first."""
+    n = ConfirmationRow.objects.filter(
+        pk=confirmation_id, run_id=run_id, status=ConfirmationStatus.APPROVED.value
+    ).update(status=ConfirmationStatus.CONSUMED.value)
+    return n == 1
+
+
+def confirmations_expire_pending(*, run_id: str) -> None:
+    ConfirmationRow.objects.filter(run_id=run_id, status=ConfirmationStatus.PENDING.value).update(
+        status=ConfirmationStatus.EXPIRED.value
+    )
+
+
+def grant_use(*, run_id: str, grant_id: str) -> bool:
+    """One call more on the grant; False if its calls ran out meanwhile (the race: two commands
+    that each saw one call left; the condition is in the UPDATE, so only one matches)."""
+    n = Grant.objects.filter(
+        Q(max_calls__isnull=True) | Q(calls_used__lt=F("max_calls")),
+        pk=grant_id,
+        run_id=run_id,
+    ).update(calls_used=F("calls_used") + 1)
+    return n == 1

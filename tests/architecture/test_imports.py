@@ -1,0 +1,334 @@
+"""How the product's modules import each other: no cycles, one composition root, imports on top.
+
+The product is every ``.py`` file under ``agentconsole/``, ``runs/``, ``memory/`` and ``policy/``
+except migrations (frozen history that Django's loader runs and no module imports). Files are
+parsed with ``ast``, never imported. Three rules, each with tests of its own below:
+
+1. No import cycle between product modules. Every import counts, at module level or inside a
+   function (an import inside a function only postpones the cycle to the first call). Importing
+   ``a.b.c`` also imports the packages ``a`` and ``a.b`` (their ``__init__``), so those count too,
+   except a module's own packages (Python initialises them before the module, never after).
+2. ``agentconsole.wiring``, the composition root, is imported only by entry points
+   (``ENTRY_POINTS``: Celery tasks, API views, console and admin views, consumers, management
+   commands, the isolated tool child and the project package itself). Services and selectors
+   receive what they need.
+3. The apps (``runs``, ``memory``, ``policy``) import nothing from the project package
+   ``agentconsole`` but the composition root (entry points only, rule 2) and the Celery app;
+   shared helpers live in ``policy``, the base app (``policy.http``, ``policy.roles``,
+   ``policy.admin_base``).
+4. No import inside a function, unless a comment containing ``import here:`` says why: on the
+   import's own line, or in the comment lines directly above the block of imports it belongs to.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator, Mapping
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+from tests.architecture.test_domain_imports import imported_names
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT_PACKAGES = ("agentconsole", "runs", "memory", "policy")
+WIRING = "agentconsole.wiring"
+# Paths (relative to the repository root, fnmatch patterns; ``*`` also crosses ``/``).
+ENTRY_POINTS = (
+    "agentconsole/*",
+    "runs/tasks.py",
+    "memory/tasks.py",
+    "*/apis.py",
+    "*/views.py",
+    "*/consumers.py",
+    "*/management/commands/*.py",
+    # The Django admin's pages are views too (they mask arguments with the tool registry).
+    "*/admin.py",
+    # The isolated tool child is a process's main: it sets Django up and looks the tool up.
+    "runs/isolated_child.py",
+)
+REASON_MARK = "import here:"
+APPS = ("runs", "memory", "policy")
+# What an app may import from the project package (rule 2 limits the first to entry points).
+FROM_PROJECT = (WIRING, "agentconsole.celery")
+
+
+def product_files() -> Iterator[Path]:
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" not in path.relative_to(ROOT).parts:
+                yield path
+
+
+def module_name(relative: str) -> tuple[str, bool]:
+    """Dotted name of a file given by its path relative to ROOT; and whether it is a package."""
+    parts = list(Path(relative).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    return ".".join(parts), is_package
+
+
+def import_graph(sources: Mapping[str, str]) -> dict[str, set[str]]:
+    """Module -> the product modules it imports, from ``{relative path: source}``."""
+    modules = {relative: module_name(relative) for relative in sources}
+    known = {name for name, _ in modules.values()}
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for relative, source in sources.items():
+        name, is_package = modules[relative]
+        for imported in imported_names(source, name, is_package=is_package):
+            parts = imported.split(".")
+            # The module itself (the longest known prefix), then the packages above it; not the
+            # importer's own packages, which are initialised before it.
+            targets = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            graph[name].update(
+                t for t in targets if t in known and t != name and not name.startswith(t + ".")
+            )
+    return graph
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle (``[a, b, …, a]``) per strongly connected component of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's algorithm; the graph is small, recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return [_a_cycle(graph, component) for component in components]
+
+
+def _a_cycle(graph: Mapping[str, Iterable[str]], component: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself (breadth first)."""
+    start = min(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph.get(v, ())):
+            if w == start:
+                return [*paths[v], start]
+            if w in component and w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    raise AssertionError("a strongly connected component always has a cycle")
+
+
+def is_entry_point(relative: str) -> bool:
+    return any(fnmatch(relative, pattern) for pattern in ENTRY_POINTS)
+
+
+def wiring_violations(relative: str, source: str) -> list[str]:
+    if is_entry_point(relative):
+        return []
+    name, is_package = module_name(relative)
+    return [
+        f"{relative}: imports {imported} (only entry points use the composition root)"
+        for imported in imported_names(source, name, is_package=is_package)
+        if imported == WIRING or imported.startswith(WIRING + ".")
+    ]
+
+
+def project_import_violations(relative: str, source: str) -> list[str]:
+    name, is_package = module_name(relative)
+    if name.split(".")[0] not in APPS:
+        return []
+    return [
+        f"{relative}: imports {imported} (the project package sits on top of the apps)"
+        for imported in imported_names(source, name, is_package=is_package)
+        if imported.split(".")[0] == "agentconsole"
+        and not any(imported == ok or imported.startswith(ok + ".") for ok in FROM_PROJECT)
+    ]
+
+
+def in_function_import_violations(relative: str, source: str) -> list[str]:
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            inside.update(
+                id(n) for n in ast.walk(node) if isinstance(n, ast.Import | ast.ImportFrom)
+            )
+    found = []
+    for statements in _statement_lists(tree):
+        head = None
+        for statement in statements:
+            if not isinstance(statement, ast.Import | ast.ImportFrom):
+                head = None
+                continue
+            head = head or statement
+            if id(statement) in inside and not _explained(lines, statement, head):
+                found.append(f"{relative}:{statement.lineno}: {ast.unparse(statement)}")
+    return found
+
+
+def _statement_lists(tree: ast.AST) -> Iterator[list[ast.stmt]]:
+    for node in ast.walk(tree):
+        for _, value in ast.iter_fields(node):
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                yield value
+
+
+def _explained(lines: list[str], statement: ast.stmt, head: ast.stmt) -> bool:
+    own = lines[statement.lineno - 1 : statement.end_lineno]
+    above = []
+    i = head.lineno - 2
+    while i >= 0 and lines[i].strip().startswith("#"):
+        above.append(lines[i])
+        i -= 1
+    return any(REASON_MARK in line for line in own + above)
+
+
+def product_sources() -> dict[str, str]:
+    return {
+        path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+        for path in product_files()
+    }
+
+
+def test_no_import_cycle_between_product_modules() -> None:
+    found = cycles(import_graph(product_sources()))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_only_entry_points_import_the_composition_root() -> None:
+    found = [v for rel, src in product_sources().items() for v in wiring_violations(rel, src)]
+    assert not found, "\n".join(found)
+
+
+def test_apps_import_from_the_project_only_its_root_and_celery_app() -> None:
+    found = [
+        v for rel, src in product_sources().items() for v in project_import_violations(rel, src)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_no_import_inside_a_function_without_a_reason() -> None:
+    found = [
+        v for rel, src in product_sources().items() for v in in_function_import_violations(rel, src)
+    ]
+    assert not found, "imports inside functions without an 'import here:' comment:\n" + "\n".join(
+        found
+    )
+
+
+# The checks below prove that each rule catches what it is meant to catch.
+
+
+def test_a_cycle_through_an_import_inside_a_function_is_found() -> None:
+    sources = {
+        "runs/services.py": "from runs import tasks\n",
+        "runs/tasks.py": "def sweep():\n    from runs.sweeper import sweep\n",
+        "runs/sweeper.py": "import runs.services\n",
+        "runs/models.py": "",
+    }
+    assert cycles(import_graph(sources)) == [
+        ["runs.services", "runs.tasks", "runs.sweeper", "runs.services"]
+    ]
+
+
+def test_a_package_init_counts_as_imported() -> None:
+    sources = {
+        "agentconsole/__init__.py": "from agentconsole.celery import app\n",
+        "agentconsole/celery.py": "from runs.faultlab import QUEUE\n",
+        "runs/faultlab.py": "from agentconsole.wiring import store\n",
+        "agentconsole/wiring.py": "",
+    }
+    assert cycles(import_graph(sources)) == [
+        ["agentconsole", "agentconsole.celery", "runs.faultlab", "agentconsole"]
+    ]
+
+
+def test_an_acyclic_graph_has_no_cycle() -> None:
+    sources = {
+        "agentconsole/__init__.py": "from agentconsole.celery import app\n",
+        "agentconsole/celery.py": "import os\n",
+        "agentconsole/wiring.py": "from runs import services\nfrom memory import services\n",
+        "memory/services.py": "from runs.services import run_values_erase\n",
+        "runs/services.py": "from runs.store import OrmRunStore\n",
+        "runs/store.py": "",
+    }
+    assert cycles(import_graph(sources)) == []
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "flagged"),
+    [
+        ("runs/services.py", "from agentconsole import wiring\n", True),
+        ("memory/selectors.py", "def f():\n    from agentconsole.wiring import registry\n", True),
+        ("runs/handoffs.py", "import agentconsole.wiring as w\n", True),
+        ("runs/apis.py", "from agentconsole import wiring\n", False),
+        ("runs/tasks.py", "from agentconsole import wiring\n", False),
+        ("runs/management/commands/sweep.py", "from agentconsole import wiring\n", False),
+        ("agentconsole/apps.py", "from agentconsole import wiring\n", False),
+        ("runs/services.py", "from policy.roles import actor_name\n", False),
+    ],
+)
+def test_the_composition_root_rule(relative: str, source: str, flagged: bool) -> None:
+    assert bool(wiring_violations(relative, source)) is flagged
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "flagged"),
+    [
+        ("runs/apis.py", "from agentconsole.api import StrictSerializer\n", True),
+        ("memory/admin.py", "from agentconsole import admin_base\n", True),
+        ("runs/services.py", "def f():\n    import agentconsole.roles\n", True),
+        ("runs/apis.py", "from agentconsole import wiring\n", False),
+        ("runs/faultlab.py", "from agentconsole.celery import app\n", False),
+        ("runs/apis.py", "from policy.http import StrictSerializer\n", False),
+        ("agentconsole/urls.py", "from agentconsole.errors import error_response\n", False),
+    ],
+)
+def test_the_project_package_rule(relative: str, source: str, flagged: bool) -> None:
+    assert bool(project_import_violations(relative, source)) is flagged
+
+
+@pytest.mark.parametrize(
+    ("source", "flagged_lines"),
+    [
+        ("import json\n\ndef f():\n    return json\n", []),
+        ("def f():\n    import json\n", [2]),
+        ("class C:\n    def m(self):\n        from runs import models\n", [3]),
+        ("def f():\n    import json  # import here: a reason\n", []),
+        ("def f():\n    # import here: a reason\n    import json\n", []),
+        # One comment above a block explains the block, also across isort's blank lines.
+        (
+            "def f():\n    # import here: why\n    # more why\n    import json\n\n"
+            "    from runs import models\n",
+            [],
+        ),
+        # A comment above an earlier statement explains nothing further down.
+        ("def f():\n    # import here: why\n    x = 1\n    import json\n", [4]),
+        ("f = lambda: __import__('json')\ndef g():\n    if True:\n        import os\n", [4]),
+    ],
+)
+def test_the_import_inside_a_function_rule(source: str, flagged_lines: list[int]) -> None:
+    found = in_function_import_violations("runs/x.py", source)
+    assert [int(v.split(":")[1]) for v in found] == flagged_lines
