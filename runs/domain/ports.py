@@ -1,4 +1,4 @@
-"""Ports the runner talks to (STYLE habit 2). An in-memory adapter (``memory_store``) and the ORM
+"""Ports the runner talks to (STYLE habit 2). An in-memory adapter (``inmemory_store``) and the ORM
 adapter (``runs.store``) implement them and pass one conformance suite."""
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import ToolOutcome, TrustLabel
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
-from runs.domain.memory_store import MemoryStore
+from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner, PlannerContext
 from runs.domain.ports import RunStore
 from runs.domain.state import RunState
@@ -133,7 +133,7 @@ class MemoryAdapter:
     name = "memory"
 
     def __init__(self) -> None:
-        self.store = MemoryStore()
+        self.store = InMemoryRunStore()
 
     def events(self, run_id: str) -> list[tuple[int, str]]:
         return [(e["sequence"], e["event"]) for e in self.store.events[run_id]]

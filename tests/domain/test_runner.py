@@ -1,4 +1,4 @@
-"""Whole runs: Runner + MemoryStore + ThreadExecutor + FixturePlanner, with real small tools."""
+"""Whole runs: Runner + InMemoryRunStore + ThreadExecutor + FixturePlanner, real small tools."""
 
 from __future__ import annotations
 

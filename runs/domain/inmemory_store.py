@@ -21,7 +21,7 @@ from runs.domain.step import Commit
 
 
 class _Lookups:
-    def __init__(self, store: MemoryStore, run_id: str) -> None:
+    def __init__(self, store: InMemoryRunStore, run_id: str) -> None:
         self.store, self.run_id = store, run_id
 
     def seen_content(self, content_hash: str) -> bool:
@@ -39,7 +39,7 @@ class _Lookups:
         return idempotency_token in self.store.ledger
 
 
-class MemoryStore:
+class InMemoryRunStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.runs: dict[str, RunState] = {}
