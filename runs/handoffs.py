@@ -19,7 +19,7 @@ from agentconsole.roles import actor_name, user_or_none
 from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
-from policy.domain.proposals import OutcomeStatus
+from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
 from runs import models as m
 from runs.domain import step as steps

@@ -24,7 +24,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.errors import LeaseLost, NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation, ObservationKind, TrustLabel
+from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m

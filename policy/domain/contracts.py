@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policy.domain.errors import RegistryError
-from policy.domain.proposals import ToolOutcome, TrustLabel, Verification
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome, Verification
 
 
 class SideEffect(enum.StrEnum):

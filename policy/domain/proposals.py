@@ -1,4 +1,5 @@
-"""What a planner may say, and what the program says back (SPEC §3; seed §3.1, §6).
+"""What a planner may say (SPEC §3; seed §6). What the program says back lives in
+``observations`` and ``outcomes``.
 
 A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into an
 ``ActionProposal`` or ``FinalProposal`` or raises ``ParseError``; nothing here grants anything.
@@ -6,7 +7,6 @@ A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into a
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
@@ -86,75 +86,3 @@ def parse_planner_output(raw: Any) -> ActionProposal | FinalProposal:
         if size > MAX_ARGUMENTS_BYTES:
             raise ParseError("arguments are too large", code="ARGUMENTS_TOO_LARGE", size=size)
     return output
-
-
-class TrustLabel(enum.StrEnum):
-    TRUSTED_TOOL = "trusted-tool"
-    UNTRUSTED_CONTENT = "untrusted-content"
-    POLICY = "policy"
-    USER = "user"
-
-
-class ObservationKind(enum.StrEnum):
-    USER_REQUEST = "user-request"
-    TOOL_RESULT = "tool-result"
-    POLICY_REJECTION = "policy-rejection"
-    HUMAN_DECISION = "human-decision"
-
-
-class Observation(BaseModel):
-    """Something the run learnt. Ids are deterministic: user-1, tool-<step>, policy-<step>."""
-
-    model_config = ConfigDict(frozen=True)
-
-    observation_id: str
-    kind: ObservationKind
-    trust: TrustLabel
-    step: int
-    content: dict[str, Any]
-    content_hash: str
-    # Only a verified tool result may back a final answer's citation.
-    citable: bool = False
-
-
-class OutcomeStatus(enum.StrEnum):
-    SUCCEEDED = "succeeded"
-    REJECTED = "rejected"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
-
-
-class ToolOutcome(BaseModel):
-    """succeeded | rejected | failed(retryable) | unknown (seed §3.1)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    status: OutcomeStatus
-    value: dict[str, Any] | None = None
-    code: str | None = None
-    message: str = ""
-    retryable: bool = False
-
-    @classmethod
-    def succeeded(cls, value: dict[str, Any]) -> ToolOutcome:
-        return cls(status=OutcomeStatus.SUCCEEDED, value=value)
-
-    @classmethod
-    def rejected(cls, code: str, message: str = "") -> ToolOutcome:
-        return cls(status=OutcomeStatus.REJECTED, code=code, message=message)
-
-    @classmethod
-    def failed(cls, code: str, message: str = "", *, retryable: bool) -> ToolOutcome:
-        return cls(status=OutcomeStatus.FAILED, code=code, message=message, retryable=retryable)
-
-    @classmethod
-    def unknown(cls, code: str, message: str = "") -> ToolOutcome:
-        return cls(status=OutcomeStatus.UNKNOWN, code=code, message=message)
-
-
-class Verification(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    ok: bool
-    code: str | None = None
-    details: dict[str, Any] = {}

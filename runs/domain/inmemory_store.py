@@ -14,7 +14,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation
+from policy.domain.observations import Observation
 from runs.domain.ports import IntegrityViolation
 from runs.domain.state import RunState
 from runs.domain.step import Commit

@@ -11,7 +11,7 @@ from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation
+from policy.domain.observations import Observation
 from runs.domain.state import RunState
 from runs.domain.step import Commit, Lookups
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.errors import VersionConflict
-from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
 from runs.domain.machine import Status

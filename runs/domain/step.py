@@ -24,17 +24,9 @@ from policy.domain.decisions import ExecutableCommand, Execute, NeedsConfirmatio
 from policy.domain.errors import CanonicalError, ParseError
 from policy.domain.gate import RunView, command_fingerprint, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import (
-    ActionProposal,
-    FinalProposal,
-    Observation,
-    ObservationKind,
-    OutcomeStatus,
-    ToolOutcome,
-    TrustLabel,
-    Verification,
-    parse_planner_output,
-)
+from policy.domain.observations import Observation, ObservationKind, TrustLabel
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
 from policy.domain.redaction import redact_secrets
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev

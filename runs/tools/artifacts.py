@@ -24,7 +24,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import ToolOutcome, Verification
+from policy.domain.outcomes import ToolOutcome, Verification
 
 ROOT = "run-output"
 RESOURCE = PathResource(field="path", root=ROOT)

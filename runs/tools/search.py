@@ -16,7 +16,8 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import ToolOutcome, TrustLabel
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome
 
 MAX_CANDIDATES = 200
 MAX_PASSAGE_CHARS = 600

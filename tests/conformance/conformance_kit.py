@@ -24,7 +24,8 @@ from policy.domain.contracts import (
 )
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import ToolOutcome, TrustLabel
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
 from runs.domain.inmemory_store import InMemoryRunStore

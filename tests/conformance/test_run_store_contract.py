@@ -20,7 +20,7 @@ import pytest
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound, VersionConflict
 from policy.domain.grants import CapabilityGrant, Constraint
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 from runs.domain import step as steps
 from runs.domain.machine import Status
 from runs.domain.ports import IntegrityViolation

@@ -7,7 +7,7 @@ import pytest
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.contracts import ConfirmationMode
-from policy.domain.proposals import TrustLabel
+from policy.domain.observations import TrustLabel
 from runs import executor as executor_module
 from runs.domain import step as steps
 from runs.domain.machine import Status

@@ -26,7 +26,8 @@ from policy.domain.contracts import (
     ToolContract,
 )
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import ToolOutcome, TrustLabel
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
 from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner
