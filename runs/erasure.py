@@ -25,12 +25,12 @@ from typing import Any
 from django.db import models, transaction
 
 from memory.models import WorkingMemoryItem
-from policy.domain.errors import VersionConflict
 from policy.domain.redaction import ValueEraser
 from policy.models import Confirmation, Grant
 from runs import models as m
 from runs.domain import step as steps
 from runs.domain import trace as ev
+from runs.domain.errors import VersionConflict
 from runs.store import OrmRunStore
 
 # The columns that hold content copied from a run's inputs and outputs. Identity, status, code

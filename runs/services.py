@@ -17,12 +17,13 @@ from agentconsole import wiring
 from agentconsole.roles import actor_name, user_or_none
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import DomainError, LeaseLost, NotFound
+from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.errors import LeaseLost
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState

@@ -22,14 +22,14 @@ from memory.domain.working import WorkingItem, admit
 from memory.models import WorkingMemoryItem
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand, restore_command
-from policy.domain.errors import LeaseLost, NotFound, VersionConflict
+from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
+from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.handoff import build_handoff_bundle
-from runs.domain.ports import IntegrityViolation
 from runs.domain.state import RunState
 from runs.domain.step import Commit
 

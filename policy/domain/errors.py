@@ -35,23 +35,6 @@ class RegistryError(DomainError):
     code = "TOOL_REGISTRY_ERROR"
 
 
-class IllegalTransition(DomainError):
-    code = "ILLEGAL_TRANSITION"
-    http_status = 409
-
-
-class VersionConflict(DomainError):
-    code = "VERSION_CONFLICT"
-    http_status = 409
-
-
 class NotFound(DomainError):
     code = "NOT_FOUND"
     http_status = 404
-
-
-class LeaseLost(DomainError):
-    """This worker no longer holds the run's lease: another one advances it now."""
-
-    code = "LEASE_LOST"
-    http_status = 409

@@ -12,10 +12,10 @@ from typing import Any
 from memory.domain.working import WorkingItem, admit
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
-from runs.domain.ports import IntegrityViolation
+from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.state import RunState
 from runs.domain.step import Commit
 

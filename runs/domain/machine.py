@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from policy.domain.errors import IllegalTransition
+from runs.domain.errors import IllegalTransition
 
 
 class Status(enum.StrEnum):

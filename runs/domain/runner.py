@@ -20,13 +20,13 @@ from typing import Any, Protocol
 
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand, reissue
-from policy.domain.errors import VersionConflict
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
+from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status
 from runs.domain.planning import Planner, PlannerContext, PlannerError
-from runs.domain.ports import Clock, IntegrityViolation, RunStore
+from runs.domain.ports import Clock, RunStore
 from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)

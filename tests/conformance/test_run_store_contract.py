@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant, Constraint
 from policy.domain.outcomes import ToolOutcome
 from runs.domain import step as steps
+from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status
-from runs.domain.ports import IntegrityViolation
 from tests.conformance.conformance_kit import (
     SUBJECT,
     Driver,

@@ -9,10 +9,10 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from policy.domain.errors import LeaseLost
 from runs import models as m
 from runs import services
 from runs.domain import step as steps
+from runs.domain.errors import LeaseLost
 from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore

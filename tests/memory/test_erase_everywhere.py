@@ -15,12 +15,12 @@ from agentconsole import wiring
 from memory.models import PreferenceHistory, PreferenceRecord, WorkingMemoryItem
 from memory.services import preference_propose_edit, preferences_erase
 from policy.domain.canonical import content_hash
-from policy.domain.errors import VersionConflict
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services
 from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
+from runs.domain.errors import VersionConflict
 from tests.memory.conftest import load_demo_corpus
 from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
 from tests.services.db_scan import Hit, scan

@@ -14,9 +14,9 @@ from rest_framework.authtoken.models import Token
 
 from agentconsole import wiring
 from agentconsole.asgi import application
-from policy.domain.errors import VersionConflict
 from runs import consumers
 from runs.domain import step as steps
+from runs.domain.errors import VersionConflict
 from runs.models import TraceEvent
 from runs.scenarios import parse_scenario, run_scenario
 

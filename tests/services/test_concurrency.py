@@ -15,13 +15,14 @@ import pytest
 from django.db import connections
 
 from agentconsole import wiring
-from policy.domain.errors import DomainError, VersionConflict
+from policy.domain.errors import DomainError
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
 from runs import services
 from runs.domain import step as steps
 from runs.domain import trace as ev
+from runs.domain.errors import VersionConflict
 from runs.domain.machine import Status
 from tests.services.services_kit import (
     MEMORY_GRANT,
