@@ -13,7 +13,6 @@ class DomainError(Exception):
     """Base class: a stable ``code``, a human message and structured ``extra``."""
 
     code = "DOMAIN_ERROR"
-    http_status = 400
 
     def __init__(self, message: str = "", *, code: str | None = None, **extra: Any) -> None:
         super().__init__(message or self.code)
@@ -37,4 +36,3 @@ class RegistryError(DomainError):
 
 class NotFound(DomainError):
     code = "NOT_FOUND"
-    http_status = 404

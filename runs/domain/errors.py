@@ -8,19 +8,16 @@ from policy.domain.errors import DomainError
 
 class IllegalTransition(DomainError):
     code = "ILLEGAL_TRANSITION"
-    http_status = 409
 
 
 class VersionConflict(DomainError):
     code = "VERSION_CONFLICT"
-    http_status = 409
 
 
 class LeaseLost(DomainError):
     """This worker no longer holds the run's lease: another one advances it now."""
 
     code = "LEASE_LOST"
-    http_status = 409
 
 
 class IntegrityViolation(DomainError):
