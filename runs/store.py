@@ -480,9 +480,6 @@ class OrmRunStore:
             return None
         return command_from_row(row), row.attempt
 
-    def run_faults(self, run_id: str) -> dict[str, Any]:
-        return m.Run.objects.values_list("faults", flat=True).get(pk=run_id) or {}
-
 
 def command_from_row(row: m.LedgerEntry) -> ExecutableCommand:
     return restore_command(
