@@ -22,7 +22,7 @@ from policy.domain.errors import DomainError, NotFound
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
 from runs import models as m
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.machine import TERMINAL
 from runs.doorbell import ring_console
@@ -63,7 +63,7 @@ def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
 def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
     for _ in range(20):
         try:
-            store.apply(steps.handoff_event(store.load(run_id), event, **details))
+            store.apply(lifecycle.handoff_event(store.load(run_id), event, **details))
             return
         except DomainError:
             continue
@@ -111,9 +111,9 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
         state = store.load(handoff.run_id)
         if action in ("cancel", "fail") and state.status not in TERMINAL:
             commit = (
-                steps.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
+                lifecycle.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
-                else steps.fail(state, "FAILED_BY_REVIEWER", by=actor_name(by))
+                else lifecycle.fail(state, "FAILED_BY_REVIEWER", by=actor_name(by))
             )
             store.apply(commit)
         _record(

@@ -20,9 +20,10 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.commits import Commit
 from runs.domain.errors import LeaseLost
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
@@ -132,7 +133,7 @@ def run_create(
             proposals=proposals,
             faults=faults,
         )
-        created = steps.Commit(expected_version=state.version, state=state.model_copy(deep=True))
+        created = Commit(expected_version=state.version, state=state.model_copy(deep=True))
         created.events.append(
             ev.TraceDraft(
                 ev.RUN_CREATED,
@@ -250,7 +251,7 @@ def confirmation_decide(
     state = store.load(row.run_id)
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
         raise ConfirmationNotPending("the run is not waiting for this confirmation")
-    commit = steps.decide_confirmation(
+    commit = lifecycle.decide_confirmation(
         state, confirmation_id=row.pk, approved=approved, by=actor_name(by)
     )
     with transaction.atomic():
@@ -270,7 +271,7 @@ def run_cancel(*, run_id: str, by: Any = None, reason: str = "", enqueue: bool =
         state = store.load(run_id)
         if state.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.CANCELLING):
             return state
-        commit = steps.request_cancel(
+        commit = lifecycle.request_cancel(
             state, by=actor_name(by), reason=reason, active_tool=store.active_tool(run_id)
         )
         try:

@@ -28,10 +28,10 @@ from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
+from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
-from runs.domain.step import Commit
 
 HANDOFF_OBSERVATIONS = 5
 

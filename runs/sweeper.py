@@ -22,7 +22,7 @@ from django.utils import timezone
 from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import models as m
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.machine import Status
 
 STALE_AFTER = timedelta(seconds=30)
@@ -52,7 +52,7 @@ def sweep(
     for run_id in overdue_waiting:
         try:
             # The commit also expires the run's pending confirmation.
-            state = store.apply(steps.deadline_while_waiting(store.load(run_id)))
+            state = store.apply(lifecycle.deadline_while_waiting(store.load(run_id)))
             report.expired_waiting.append(state.run_id)
         except DomainError:
             continue  # decided or cancelled meanwhile

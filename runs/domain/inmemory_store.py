@@ -15,9 +15,9 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.state import RunState
-from runs.domain.step import Commit
 
 
 class _Lookups:

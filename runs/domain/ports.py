@@ -11,8 +11,8 @@ from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from runs.domain.commits import Commit, Lookups
 from runs.domain.state import RunState
-from runs.domain.step import Commit, Lookups
 
 
 class RunStore(Protocol):

@@ -18,7 +18,7 @@ from policy.domain.canonical import content_hash
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.budgets import RunBudgets
 from runs.domain.errors import VersionConflict
 from tests.memory.conftest import load_demo_corpus
@@ -220,7 +220,7 @@ def test_a_write_in_flight_cannot_bring_an_erased_value_back(users) -> None:
     load_demo_corpus()
     waiting = _run("alice", [_save("p1", CURRENT, expected=2)])
     store = wiring.store()
-    stale = steps.request_cancel(store.load(waiting), by="t", reason="", active_tool=False)
+    stale = lifecycle.request_cancel(store.load(waiting), by="t", reason="", active_tool=False)
 
     preferences_erase(subject="alice", by=users["alice"])
 

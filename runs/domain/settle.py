@@ -1,0 +1,146 @@
+"""A tool call came back: its outcome → ledger settle, observation, and what the run does next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policy.domain import canonical as hashing
+from policy.domain.contracts import ToolContract
+from policy.domain.decisions import ExecutableCommand
+from policy.domain.gate import command_fingerprint
+from policy.domain.observations import ObservationKind, TrustLabel
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.redaction import redact_secrets
+from runs.domain import trace as ev
+from runs.domain.commits import Builder, Commit, LedgerSettle, Lookups
+from runs.domain.machine import Event, Status
+from runs.domain.state import RunState
+
+
+def settle(
+    state: RunState,
+    command: ExecutableCommand,
+    outcome: ToolOutcome,
+    *,
+    contract: ToolContract,
+    output_violation: str | None,
+    verification: Verification | None,
+    reconciled: bool,
+    duration_ms: int,
+    lookups: Lookups,
+) -> Commit:
+    """Record what a tool call did and decide what the run does next.
+
+    Only a succeeded call whose output matches its schema and whose post-condition holds
+    becomes citable evidence (seed §18: post-condition before business state moves on).
+    """
+    b = Builder(state, lookups)
+    # A tool's output is untrusted text: secrets in it are replaced before the ledger, the
+    # trace hashes and the observation see it.
+    outcome = _redacted_outcome(outcome)
+    if verification is not None:
+        verification = verification.model_copy(
+            update={"details": redact_secrets(verification.details)}
+        )
+    pid = command.proposal_id
+    token = command.idempotency_token
+    out_size = len(hashing.canonical(outcome.value).encode("utf-8")) if outcome.value else 0
+    b.emit(
+        ev.TOOL_COMPLETED,
+        pid,
+        tool=command.tool_name,
+        status=outcome.status.value,
+        code=outcome.code,
+        duration_ms=duration_ms,
+        output_bytes=out_size,
+        reconciled=reconciled,
+    )
+    base = {"tool": command.tool_name, "version": command.tool_version}
+    ledger_ok = "reconciled" if reconciled else "succeeded"
+
+    if outcome.status is OutcomeStatus.SUCCEEDED and output_violation is not None:
+        b.commit.ledger_settle = LedgerSettle(
+            token, "failed", _outcome_summary(outcome, "TOOL_OUTPUT_INVALID")
+        )
+        b.emit(ev.TOOL_RESULT_VALIDATED, pid, valid=False, code=output_violation)
+        b.fail_or_cancel("TOOL_OUTPUT_INVALID", pid, known=True)
+        return _settled(b, command)
+
+    if outcome.status is OutcomeStatus.SUCCEEDED:
+        if verification is not None and not verification.ok:
+            code = verification.code or "TOOL_POSTCONDITION_FAILED"
+            b.commit.ledger_settle = LedgerSettle(
+                token, "compensation-required", _outcome_summary(outcome), verification.model_dump()
+            )
+            b.emit(ev.TOOL_VERIFICATION_FAILED, pid, code=code)
+            b.commit.handoff_reason = "TOOL_POSTCONDITION_FAILED"
+            b.fail_or_cancel("TOOL_POSTCONDITION_FAILED", pid, known=True)
+            return _settled(b, command)
+        b.commit.ledger_settle = LedgerSettle(
+            token,
+            ledger_ok,
+            _outcome_summary(outcome),
+            verification.model_dump() if verification else None,
+        )
+        b.emit(
+            ev.TOOL_RESULT_VALIDATED,
+            pid,
+            valid=True,
+            verified=verification is not None,
+            output_hash=hashing.content_hash(outcome.value),
+        )
+        b.observe(
+            "tool",
+            ObservationKind.TOOL_RESULT,
+            contract.output_trust,
+            {**base, "status": "succeeded", "value": outcome.value},
+            citable=True,
+        )
+        b.continue_or_cancel(pid)
+        return _settled(b, command)
+
+    if outcome.status is OutcomeStatus.UNKNOWN:
+        b.commit.ledger_settle = LedgerSettle(token, "unknown", _outcome_summary(outcome))
+        b.s.unresolved_effects += 1
+        b.commit.handoff_reason = "TOOL_OUTCOME_UNKNOWN"
+        if b.s.status is Status.CANCELLING:
+            b.stop(Event.UNKNOWN_EFFECT, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
+        else:
+            b.stop(Event.FAIL, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
+        return _settled(b, command)
+
+    # rejected, or failed: known not to have taken effect.
+    b.commit.ledger_settle = LedgerSettle(token, outcome.status.value, _outcome_summary(outcome))
+    content = {**base, "status": outcome.status.value, "code": outcome.code}
+    if outcome.status is OutcomeStatus.REJECTED and outcome.value:
+        content["details"] = outcome.value
+    if outcome.status is OutcomeStatus.FAILED:
+        content["retryable"] = outcome.retryable
+    b.observe("tool", ObservationKind.TOOL_RESULT, TrustLabel.TRUSTED_TOOL, content)
+    if outcome.status is OutcomeStatus.FAILED and not outcome.retryable:
+        b.fail_or_cancel("TOOL_FAILED", pid, known=True, code=outcome.code)
+        return _settled(b, command)
+    b.continue_or_cancel(pid)
+    return _settled(b, command)
+
+
+def _redacted_outcome(outcome: ToolOutcome) -> ToolOutcome:
+    value = redact_secrets(outcome.value)
+    message = redact_secrets(outcome.message)
+    if value is outcome.value and message is outcome.message:
+        return outcome
+    return outcome.model_copy(update={"value": value, "message": message})
+
+
+def _settled(b: Builder, command: ExecutableCommand) -> Commit:
+    b.absorb(command_fingerprint(command))
+    return b.done()
+
+
+def _outcome_summary(outcome: ToolOutcome, code: str | None = None) -> dict[str, Any]:
+    return {
+        "status": outcome.status.value,
+        "code": code or outcome.code,
+        "retryable": outcome.retryable,
+        "value_hash": hashing.content_hash(outcome.value) if outcome.value is not None else None,
+    }
