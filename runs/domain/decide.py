@@ -12,7 +12,7 @@ from typing import Any
 from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation
 from policy.domain.contracts import CallFacts, ToolContract
-from policy.domain.decisions import Execute, NeedsConfirmation, Reject, Stop
+from policy.domain.decisions import ExecutableCommand, Execute, NeedsConfirmation, Reject, Stop
 from policy.domain.errors import CanonicalError, ParseError
 from policy.domain.gate import RunView, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
@@ -163,8 +163,9 @@ def _tool(
     resuming: bool,
     confirmation_id: str | None,
 ) -> Commit:
+    """A tool proposal: the loop guard (new proposals only), then the gate; the gate's decision
+    becomes the commit."""
     pid = proposal.proposal_id
-    p_hash = proposal.hash()
     registered = registry.get(proposal.tool_name, proposal.tool_version)
     contract = registered.contract if registered else None
     # Counted on the arguments the tool would get: a respelled path is the same proposal.
@@ -175,32 +176,11 @@ def _tool(
         if _loop_stop(b, fingerprint, pid, max_polls, proposal.model_dump(mode="json")):
             return b.done()
 
-    trust = lookups.trust_of(proposal.source_observation_ids)
-    untrusted = sorted(i for i, t in trust.items() if t == TrustLabel.UNTRUSTED_CONTENT)
-    b.emit(
-        ev.PROPOSAL_RECEIVED,
-        pid,
-        tool=proposal.tool_name[:64],
-        version=proposal.tool_version,
-        proposal_hash=p_hash,
-        arguments_bytes=len(proposal.canonical_arguments().encode("utf-8")),
-        source_observation_ids=list(proposal.source_observation_ids),
-        cites_untrusted=untrusted,
-        **_logged_arguments(contract, proposal.arguments),
-    )
-    s = b.s
+    p_hash = proposal.hash()
+    untrusted = _received(b, proposal, p_hash, contract, lookups)
     decision = evaluate(
         proposal,
-        run=RunView(
-            run_id=s.run_id,
-            subject=s.subject,
-            status=s.status.value,
-            step=s.step,
-            tool_calls=s.tool_calls,
-            max_tool_calls=s.max_tool_calls,
-            deadline_ms=s.deadline_ms,
-            unresolved_effects=s.unresolved_effects,
-        ),
+        run=_run_view(b.s),
         grants=grants,
         confirmations=confirmations,
         registry=registry,
@@ -216,51 +196,111 @@ def _tool(
     if isinstance(decision, Reject):
         b.reject(pid, decision.layer, decision.code, **summary)
         b.absorb(fingerprint)
-        return b.done()
-    if isinstance(decision, Stop):
+    elif isinstance(decision, Stop):
         b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
         b.stop(Event.FAIL, decision.reason, pid)
         if decision.reason != "DEADLINE_REACHED":
             b.commit.handoff_reason = decision.reason
-        return b.done()
-    if isinstance(decision, NeedsConfirmation):
-        cid = (
-            decision.existing_confirmation_id
-            or confirmation_id
-            or minted_confirmation_id(s.run_id, s.step)
-        )
-        if decision.existing_confirmation_id is None:
-            b.commit.confirmation_request = ConfirmationRequest(
-                confirmation_id=cid,
-                proposal_hash=decision.confirmation_hash,
-                tool_name=proposal.tool_name,
-                tool_version=proposal.tool_version,
-                proposal=proposal.model_dump(mode="json"),
-                expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
-                cites_untrusted=bool(untrusted),
-            )
-        s.pending_proposal = proposal.model_dump(mode="json")
-        s.pending_confirmation_id = cid
-        b.emit(
-            ev.PROPOSAL_WAITING_CONFIRMATION,
-            pid,
-            proposal_hash=decision.confirmation_hash,
-            confirmation_id=cid,
-            code="USER_CONFIRMATION_REQUIRED",
-        )
-        b.move(Event.NEEDS_CONFIRMATION, pid)
-        s.stop_reason = "USER_CONFIRMATION_REQUIRED"
-        return b.done()
-
-    if not isinstance(decision, Execute):
+    elif isinstance(decision, NeedsConfirmation):
+        _wait_for_confirmation(b, proposal, decision, confirmation_id, cites_untrusted=untrusted)
+    elif isinstance(decision, Execute):
+        _execute(b, pid, decision.command, lookups, fingerprint, summary)
+    else:
         raise TypeError(f"unexpected gate decision {decision!r}")
-    command = decision.command
+    return b.done()
+
+
+def _run_view(s: RunState) -> RunView:
+    return RunView(
+        run_id=s.run_id,
+        subject=s.subject,
+        status=s.status.value,
+        step=s.step,
+        tool_calls=s.tool_calls,
+        max_tool_calls=s.max_tool_calls,
+        deadline_ms=s.deadline_ms,
+        unresolved_effects=s.unresolved_effects,
+    )
+
+
+def _received(
+    b: Builder,
+    proposal: ActionProposal,
+    p_hash: str,
+    contract: ToolContract | None,
+    lookups: Lookups,
+) -> bool:
+    """Record the proposal as received; True when it cites untrusted content."""
+    trust = lookups.trust_of(proposal.source_observation_ids)
+    untrusted = sorted(i for i, t in trust.items() if t == TrustLabel.UNTRUSTED_CONTENT)
+    b.emit(
+        ev.PROPOSAL_RECEIVED,
+        proposal.proposal_id,
+        tool=proposal.tool_name[:64],
+        version=proposal.tool_version,
+        proposal_hash=p_hash,
+        arguments_bytes=len(proposal.canonical_arguments().encode("utf-8")),
+        source_observation_ids=list(proposal.source_observation_ids),
+        cites_untrusted=untrusted,
+        **_logged_arguments(contract, proposal.arguments),
+    )
+    return bool(untrusted)
+
+
+def _wait_for_confirmation(
+    b: Builder,
+    proposal: ActionProposal,
+    decision: NeedsConfirmation,
+    confirmation_id: str | None,
+    *,
+    cites_untrusted: bool,
+) -> None:
+    """Park the proposal until a person answers; ask for a confirmation unless one exists."""
+    s, pid = b.s, proposal.proposal_id
+    cid = (
+        decision.existing_confirmation_id
+        or confirmation_id
+        or minted_confirmation_id(s.run_id, s.step)
+    )
+    if decision.existing_confirmation_id is None:
+        b.commit.confirmation_request = ConfirmationRequest(
+            confirmation_id=cid,
+            proposal_hash=decision.confirmation_hash,
+            tool_name=proposal.tool_name,
+            tool_version=proposal.tool_version,
+            proposal=proposal.model_dump(mode="json"),
+            expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
+            cites_untrusted=cites_untrusted,
+        )
+    s.pending_proposal = proposal.model_dump(mode="json")
+    s.pending_confirmation_id = cid
+    b.emit(
+        ev.PROPOSAL_WAITING_CONFIRMATION,
+        pid,
+        proposal_hash=decision.confirmation_hash,
+        confirmation_id=cid,
+        code="USER_CONFIRMATION_REQUIRED",
+    )
+    b.move(Event.NEEDS_CONFIRMATION, pid)
+    s.stop_reason = "USER_CONFIRMATION_REQUIRED"
+
+
+def _execute(
+    b: Builder,
+    pid: str,
+    command: ExecutableCommand,
+    lookups: Lookups,
+    fingerprint: str,
+    summary: dict[str, Any],
+) -> None:
+    """Commit the intent of a command the gate built (intent before effect, STYLE habit 5)."""
+    s = b.s
     if lookups.ledger_has(command.idempotency_token):
         # Same run, proposal id and arguments as a command already issued: its token is taken.
         # Executing again would be a second effect under the same identity; refuse instead.
         b.reject(pid, "state", "PROPOSAL_ALREADY_EXECUTED", **summary)
         b.absorb(fingerprint)
-        return b.done()
+        return
     s.tool_calls += 1
     s.stop_reason = None
     s.pending_confirmation_id = None
@@ -278,7 +318,6 @@ def _tool(
         confirmation_id=command.confirmation_id,
         step=s.step,
     )
-    return b.done()
 
 
 def _logged_arguments(contract: ToolContract | None, arguments: Any) -> dict[str, Any]:

@@ -42,12 +42,10 @@ def settle(
         verification = verification.model_copy(
             update={"details": redact_secrets(verification.details)}
         )
-    pid = command.proposal_id
-    token = command.idempotency_token
     out_size = len(hashing.canonical(outcome.value).encode("utf-8")) if outcome.value else 0
     b.emit(
         ev.TOOL_COMPLETED,
-        pid,
+        command.proposal_id,
         tool=command.tool_name,
         status=outcome.status.value,
         code=outcome.code,
@@ -55,63 +53,91 @@ def settle(
         output_bytes=out_size,
         reconciled=reconciled,
     )
-    base = {"tool": command.tool_name, "version": command.tool_version}
-    ledger_ok = "reconciled" if reconciled else "succeeded"
-
     if outcome.status is OutcomeStatus.SUCCEEDED and output_violation is not None:
+        _output_invalid(b, command, outcome, output_violation)
+    elif outcome.status is OutcomeStatus.SUCCEEDED:
+        _succeeded(b, command, outcome, contract, verification, reconciled=reconciled)
+    elif outcome.status is OutcomeStatus.UNKNOWN:
+        _unknown(b, command, outcome)
+    else:
+        _no_effect(b, command, outcome)
+    b.absorb(command_fingerprint(command))
+    return b.done()
+
+
+def _output_invalid(
+    b: Builder, command: ExecutableCommand, outcome: ToolOutcome, violation: str
+) -> None:
+    b.commit.ledger_settle = LedgerSettle(
+        command.idempotency_token, "failed", _outcome_summary(outcome, "TOOL_OUTPUT_INVALID")
+    )
+    b.emit(ev.TOOL_RESULT_VALIDATED, command.proposal_id, valid=False, code=violation)
+    b.fail_or_cancel("TOOL_OUTPUT_INVALID", command.proposal_id, known=True)
+
+
+def _succeeded(
+    b: Builder,
+    command: ExecutableCommand,
+    outcome: ToolOutcome,
+    contract: ToolContract,
+    verification: Verification | None,
+    *,
+    reconciled: bool,
+) -> None:
+    pid, token = command.proposal_id, command.idempotency_token
+    if verification is not None and not verification.ok:
+        code = verification.code or "TOOL_POSTCONDITION_FAILED"
         b.commit.ledger_settle = LedgerSettle(
-            token, "failed", _outcome_summary(outcome, "TOOL_OUTPUT_INVALID")
+            token, "compensation-required", _outcome_summary(outcome), verification.model_dump()
         )
-        b.emit(ev.TOOL_RESULT_VALIDATED, pid, valid=False, code=output_violation)
-        b.fail_or_cancel("TOOL_OUTPUT_INVALID", pid, known=True)
-        return _settled(b, command)
+        b.emit(ev.TOOL_VERIFICATION_FAILED, pid, code=code)
+        b.commit.handoff_reason = "TOOL_POSTCONDITION_FAILED"
+        b.fail_or_cancel("TOOL_POSTCONDITION_FAILED", pid, known=True)
+        return
+    b.commit.ledger_settle = LedgerSettle(
+        token,
+        "reconciled" if reconciled else "succeeded",
+        _outcome_summary(outcome),
+        verification.model_dump() if verification else None,
+    )
+    b.emit(
+        ev.TOOL_RESULT_VALIDATED,
+        pid,
+        valid=True,
+        verified=verification is not None,
+        output_hash=hashing.content_hash(outcome.value),
+    )
+    b.observe(
+        "tool",
+        ObservationKind.TOOL_RESULT,
+        contract.output_trust,
+        {**_base(command), "status": "succeeded", "value": outcome.value},
+        citable=True,
+    )
+    b.continue_or_cancel(pid)
 
-    if outcome.status is OutcomeStatus.SUCCEEDED:
-        if verification is not None and not verification.ok:
-            code = verification.code or "TOOL_POSTCONDITION_FAILED"
-            b.commit.ledger_settle = LedgerSettle(
-                token, "compensation-required", _outcome_summary(outcome), verification.model_dump()
-            )
-            b.emit(ev.TOOL_VERIFICATION_FAILED, pid, code=code)
-            b.commit.handoff_reason = "TOOL_POSTCONDITION_FAILED"
-            b.fail_or_cancel("TOOL_POSTCONDITION_FAILED", pid, known=True)
-            return _settled(b, command)
-        b.commit.ledger_settle = LedgerSettle(
-            token,
-            ledger_ok,
-            _outcome_summary(outcome),
-            verification.model_dump() if verification else None,
-        )
-        b.emit(
-            ev.TOOL_RESULT_VALIDATED,
-            pid,
-            valid=True,
-            verified=verification is not None,
-            output_hash=hashing.content_hash(outcome.value),
-        )
-        b.observe(
-            "tool",
-            ObservationKind.TOOL_RESULT,
-            contract.output_trust,
-            {**base, "status": "succeeded", "value": outcome.value},
-            citable=True,
-        )
-        b.continue_or_cancel(pid)
-        return _settled(b, command)
 
-    if outcome.status is OutcomeStatus.UNKNOWN:
-        b.commit.ledger_settle = LedgerSettle(token, "unknown", _outcome_summary(outcome))
-        b.s.unresolved_effects += 1
-        b.commit.handoff_reason = "TOOL_OUTCOME_UNKNOWN"
-        if b.s.status is Status.CANCELLING:
-            b.stop(Event.UNKNOWN_EFFECT, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
-        else:
-            b.stop(Event.FAIL, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
-        return _settled(b, command)
+def _unknown(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> None:
+    """The effect may or may not have happened: the run stops and a person must look."""
+    pid = command.proposal_id
+    b.commit.ledger_settle = LedgerSettle(
+        command.idempotency_token, "unknown", _outcome_summary(outcome)
+    )
+    b.s.unresolved_effects += 1
+    b.commit.handoff_reason = "TOOL_OUTCOME_UNKNOWN"
+    if b.s.status is Status.CANCELLING:
+        b.stop(Event.UNKNOWN_EFFECT, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
+    else:
+        b.stop(Event.FAIL, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
 
-    # rejected, or failed: known not to have taken effect.
-    b.commit.ledger_settle = LedgerSettle(token, outcome.status.value, _outcome_summary(outcome))
-    content = {**base, "status": outcome.status.value, "code": outcome.code}
+
+def _no_effect(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> None:
+    """Rejected, or failed: known not to have taken effect."""
+    pid = command.proposal_id
+    b.commit.ledger_settle = LedgerSettle(
+        command.idempotency_token, outcome.status.value, _outcome_summary(outcome)
+    )
+    content = {**_base(command), "status": outcome.status.value, "code": outcome.code}
     if outcome.status is OutcomeStatus.REJECTED and outcome.value:
         content["details"] = outcome.value
     if outcome.status is OutcomeStatus.FAILED:
@@ -119,9 +145,12 @@ def settle(
     b.observe("tool", ObservationKind.TOOL_RESULT, TrustLabel.TRUSTED_TOOL, content)
     if outcome.status is OutcomeStatus.FAILED and not outcome.retryable:
         b.fail_or_cancel("TOOL_FAILED", pid, known=True, code=outcome.code)
-        return _settled(b, command)
+        return
     b.continue_or_cancel(pid)
-    return _settled(b, command)
+
+
+def _base(command: ExecutableCommand) -> dict[str, Any]:
+    return {"tool": command.tool_name, "version": command.tool_version}
 
 
 def _redacted_outcome(outcome: ToolOutcome) -> ToolOutcome:
@@ -130,11 +159,6 @@ def _redacted_outcome(outcome: ToolOutcome) -> ToolOutcome:
     if value is outcome.value and message is outcome.message:
         return outcome
     return outcome.model_copy(update={"value": value, "message": message})
-
-
-def _settled(b: Builder, command: ExecutableCommand) -> Commit:
-    b.absorb(command_fingerprint(command))
-    return b.done()
 
 
 def _outcome_summary(outcome: ToolOutcome, code: str | None = None) -> dict[str, Any]:
