@@ -99,59 +99,13 @@ class InMemoryRunStore:
             for obs in commit.observations:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)
-            if commit.ledger_intent is not None:
-                c = commit.ledger_intent
-                self._commands[c.idempotency_token] = c
-                self.ledger[c.idempotency_token] = {
-                    "run_id": run_id,
-                    "idempotency_token": c.idempotency_token,
-                    "proposal_id": c.proposal_id,
-                    "tool_name": c.tool_name,
-                    "tool_version": c.tool_version,
-                    "arguments_hash": c.arguments_hash,
-                    "status": "started",
-                    "outcome": None,
-                    "verification": None,
-                    "attempt": 1,
-                }
-            if commit.ledger_attempt is not None:
-                self.ledger[commit.ledger_attempt[0]]["attempt"] = commit.ledger_attempt[1]
-            if commit.ledger_settle is not None:
-                settle = commit.ledger_settle
-                self.ledger[settle.idempotency_token].update(
-                    status=settle.status, outcome=settle.outcome, verification=settle.verification
-                )
-            confirmations = self._confirmations[run_id]
-            if commit.confirmation_request is not None:
-                r = commit.confirmation_request
-                confirmations[r.confirmation_id] = Confirmation(
-                    confirmation_id=r.confirmation_id,
-                    run_id=run_id,
-                    proposal_hash=r.proposal_hash,
-                    status=ConfirmationStatus.PENDING,
-                    expires_at_step=r.expires_at_step,
-                    tool_name=r.tool_name,
-                )
-            if commit.confirmation_decision is not None:
-                cid, approved = commit.confirmation_decision
-                status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
-                confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
-            if commit.consume_confirmation is not None:
-                cid = commit.consume_confirmation
-                confirmations[cid] = confirmations[cid].model_copy(
-                    update={"status": ConfirmationStatus.CONSUMED}
-                )
+            self._write_ledger(commit)
+            self._write_confirmations(commit)
             for grant_id in commit.grant_uses:
                 g = self._grants[run_id][grant_id]
                 self._grants[run_id][grant_id] = g.model_copy(
                     update={"calls_used": g.calls_used + 1}
                 )
-            if commit.expire_pending_confirmations:
-                for cid, c in list(confirmations.items()):
-                    if c.status is ConfirmationStatus.PENDING:
-                        confirmations[cid] = c.model_copy(
-                            update={"status": ConfirmationStatus.EXPIRED}
-                        )
             if commit.handoff_reason is not None:
                 self.handoffs[run_id].append(commit.handoff_reason)
             if commit.working_items:
@@ -160,6 +114,57 @@ class InMemoryRunStore:
                 )
             self.runs[run_id] = state
             return state.model_copy(deep=True)
+
+    def _write_ledger(self, commit: Commit) -> None:
+        if commit.ledger_intent is not None:
+            c = commit.ledger_intent
+            self._commands[c.idempotency_token] = c
+            self.ledger[c.idempotency_token] = {
+                "run_id": commit.state.run_id,
+                "idempotency_token": c.idempotency_token,
+                "proposal_id": c.proposal_id,
+                "tool_name": c.tool_name,
+                "tool_version": c.tool_version,
+                "arguments_hash": c.arguments_hash,
+                "status": "started",
+                "outcome": None,
+                "verification": None,
+                "attempt": 1,
+            }
+        if commit.ledger_attempt is not None:
+            self.ledger[commit.ledger_attempt[0]]["attempt"] = commit.ledger_attempt[1]
+        if commit.ledger_settle is not None:
+            settle = commit.ledger_settle
+            self.ledger[settle.idempotency_token].update(
+                status=settle.status, outcome=settle.outcome, verification=settle.verification
+            )
+
+    def _write_confirmations(self, commit: Commit) -> None:
+        run_id = commit.state.run_id
+        confirmations = self._confirmations[run_id]
+        if commit.confirmation_request is not None:
+            r = commit.confirmation_request
+            confirmations[r.confirmation_id] = Confirmation(
+                confirmation_id=r.confirmation_id,
+                run_id=run_id,
+                proposal_hash=r.proposal_hash,
+                status=ConfirmationStatus.PENDING,
+                expires_at_step=r.expires_at_step,
+                tool_name=r.tool_name,
+            )
+        if commit.confirmation_decision is not None:
+            cid, approved = commit.confirmation_decision
+            status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+            confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
+        if commit.consume_confirmation is not None:
+            cid = commit.consume_confirmation
+            confirmations[cid] = confirmations[cid].model_copy(
+                update={"status": ConfirmationStatus.CONSUMED}
+            )
+        if commit.expire_pending_confirmations:
+            for cid, c in list(confirmations.items()):
+                if c.status is ConfirmationStatus.PENDING:
+                    confirmations[cid] = c.model_copy(update={"status": ConfirmationStatus.EXPIRED})
 
     def _check(self, commit: Commit) -> None:
         run_id = commit.state.run_id
