@@ -25,7 +25,8 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
-from runs.domain.machine import TERMINAL, Event, Status, transition
+from runs.domain.ledger import LedgerStatus
+from runs.domain.machine import TERMINAL, Event, Status, StopReason, transition
 from runs.domain.state import RunState
 
 
@@ -53,7 +54,7 @@ class ConfirmationRequest:
 @dataclass(frozen=True)
 class LedgerSettle:
     idempotency_token: str
-    status: str  # succeeded | rejected | failed | unknown | reconciled | compensation-required
+    status: LedgerStatus
     outcome: dict[str, Any]
     verification: dict[str, Any] | None = None
 
@@ -181,9 +182,13 @@ class Builder:
             {"layer": layer, "code": code, **summary},
         )
 
-    def cancel_reason(self) -> str:
+    def cancel_reason(self) -> StopReason:
         # A run cancelled by its deadline keeps saying so; otherwise a person or system did.
-        return "DEADLINE_REACHED" if self.s.stop_reason == "DEADLINE_REACHED" else "CANCELLED"
+        return (
+            StopReason.DEADLINE_REACHED
+            if self.s.stop_reason == StopReason.DEADLINE_REACHED
+            else StopReason.CANCELLED
+        )
 
     def continue_or_cancel(self, pid: str) -> None:
         if self.s.status is Status.CANCELLING:

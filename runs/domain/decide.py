@@ -25,7 +25,7 @@ from runs.domain.commits import Builder, Commit, ConfirmationRequest, Lookups, p
 from runs.domain.final import final_violation
 from runs.domain.ids import minted_confirmation_id
 from runs.domain.loop_guard import observe as loop_observe
-from runs.domain.machine import Event
+from runs.domain.machine import Event, StopReason
 from runs.domain.state import RunState
 
 CONFIRMATION_TTL_STEPS = 3
@@ -113,7 +113,7 @@ def _final(b: Builder, final: FinalProposal, lookups: Lookups) -> Commit:
     b.emit(ev.FINAL_VALIDATED, final.proposal_id, citations=final.citation_observation_ids)
     b.s.answer = final.answer
     b.s.citations = list(final.citation_observation_ids)
-    b.stop(Event.FINAL_VALIDATED, "FINAL_ANSWER_VALIDATED", final.proposal_id)
+    b.stop(Event.FINAL_VALIDATED, StopReason.FINAL_ANSWER_VALIDATED, final.proposal_id)
     return b.done()
 
 
@@ -135,7 +135,9 @@ def _loop_stop(
     if not (verdict.repeated or verdict.poll_limit):
         return False
     reason = (
-        "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION" if verdict.repeated else "POLLING_LIMIT_REACHED"
+        StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION
+        if verdict.repeated
+        else StopReason.POLLING_LIMIT_REACHED
     )
     b.emit(
         ev.PROPOSAL_LOOP_DETECTED,
@@ -199,7 +201,7 @@ def _tool(
     elif isinstance(decision, Stop):
         b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
         b.stop(Event.FAIL, decision.reason, pid)
-        if decision.reason != "DEADLINE_REACHED":
+        if decision.reason != StopReason.DEADLINE_REACHED:
             b.commit.handoff_reason = decision.reason
     elif isinstance(decision, NeedsConfirmation):
         _wait_for_confirmation(b, proposal, decision, confirmation_id, cites_untrusted=untrusted)
@@ -279,10 +281,10 @@ def _wait_for_confirmation(
         pid,
         proposal_hash=decision.confirmation_hash,
         confirmation_id=cid,
-        code="USER_CONFIRMATION_REQUIRED",
+        code=StopReason.USER_CONFIRMATION_REQUIRED,
     )
     b.move(Event.NEEDS_CONFIRMATION, pid)
-    s.stop_reason = "USER_CONFIRMATION_REQUIRED"
+    s.stop_reason = StopReason.USER_CONFIRMATION_REQUIRED
 
 
 def _execute(

@@ -17,6 +17,7 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
+from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
 
 
@@ -126,7 +127,7 @@ class InMemoryRunStore:
                 "tool_name": c.tool_name,
                 "tool_version": c.tool_version,
                 "arguments_hash": c.arguments_hash,
-                "status": "started",
+                "status": LedgerStatus.STARTED,
                 "outcome": None,
                 "verification": None,
                 "attempt": 1,
@@ -176,11 +177,15 @@ class InMemoryRunStore:
         if commit.ledger_attempt is not None:
             token, attempt = commit.ledger_attempt
             row = self.ledger.get(token)
-            if row is None or row["status"] != "started" or row["attempt"] != attempt - 1:
+            if (
+                row is None
+                or row["status"] != LedgerStatus.STARTED
+                or row["attempt"] != attempt - 1
+            ):
                 raise VersionConflict("ledger attempt moved concurrently", run_id=run_id)
         if commit.ledger_settle is not None:
             row = self.ledger.get(commit.ledger_settle.idempotency_token)
-            if row is None or row["status"] not in ("started", "unknown"):
+            if row is None or row["status"] not in (LedgerStatus.STARTED, LedgerStatus.UNKNOWN):
                 raise VersionConflict("ledger row already settled", run_id=run_id)
         confirmations = self._confirmations[run_id]
         if commit.confirmation_request is not None:
@@ -221,7 +226,8 @@ class InMemoryRunStore:
     def active_tool(self, run_id: str) -> bool:
         with self._lock:
             return any(
-                r["run_id"] == run_id and r["status"] == "started" for r in self.ledger.values()
+                r["run_id"] == run_id and r["status"] == LedgerStatus.STARTED
+                for r in self.ledger.values()
             )
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
@@ -234,7 +240,7 @@ class InMemoryRunStore:
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         with self._lock:
             for token, row in self.ledger.items():
-                if row["run_id"] == run_id and row["status"] == "started":
+                if row["run_id"] == run_id and row["status"] == LedgerStatus.STARTED:
                     return self._commands[token], row["attempt"]
             return None
 

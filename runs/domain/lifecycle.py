@@ -9,7 +9,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
 from runs.domain import trace as ev
 from runs.domain.commits import Builder, Commit, proposal_id_of
-from runs.domain.machine import Event, Status
+from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
 
 
@@ -35,12 +35,12 @@ def precheck(state: RunState, *, now_ms: int, resuming: bool) -> Commit | None:
         return None
     if now_ms >= state.deadline_ms:
         b = Builder(state, None)
-        b.stop(Event.DEADLINE_REACHED, "DEADLINE_REACHED", step=state.step)
+        b.stop(Event.DEADLINE_REACHED, StopReason.DEADLINE_REACHED, step=state.step)
         return b.done()
     if not resuming and state.step >= state.max_steps:
         b = Builder(state, None)
-        b.stop(Event.FAIL, "MAX_STEPS_REACHED", step=state.step)
-        b.commit.handoff_reason = "MAX_STEPS_REACHED"
+        b.stop(Event.FAIL, StopReason.MAX_STEPS_REACHED, step=state.step)
+        b.commit.handoff_reason = StopReason.MAX_STEPS_REACHED
         return b.done()
     return None
 
@@ -52,9 +52,9 @@ def request_cancel(state: RunState, *, by: str, reason: str, active_tool: bool) 
     if state.status is Status.RUNNING:
         b.move(Event.CANCEL_REQUESTED)
         if not active_tool:
-            b.stop(Event.EFFECTS_CHECKED, "CANCELLED", None, by=by)
+            b.stop(Event.EFFECTS_CHECKED, StopReason.CANCELLED, None, by=by)
         return b.done()
-    b.stop(Event.CANCEL_REQUESTED, "CANCELLED", None, by=by)
+    b.stop(Event.CANCEL_REQUESTED, StopReason.CANCELLED, None, by=by)
     b.commit.expire_pending_confirmations = True
     return b.done()
 
@@ -142,7 +142,9 @@ def recovered(state: RunState, command: ExecutableCommand, *, how: str) -> Commi
 def deadline_while_waiting(state: RunState) -> Commit:
     """waiting_confirmation past the deadline → cancelled (nothing runs while waiting)."""
     b = Builder(state, None)
-    b.stop(Event.DEADLINE_REACHED, "DEADLINE_REACHED", proposal_id_of(state.pending_proposal))
+    b.stop(
+        Event.DEADLINE_REACHED, StopReason.DEADLINE_REACHED, proposal_id_of(state.pending_proposal)
+    )
     b.commit.expire_pending_confirmations = True
     return b.done()
 
@@ -151,7 +153,7 @@ def deadline_during_tool(state: RunState) -> Commit:
     """running past the deadline while a tool is active → cancelling: stop it, check its effect."""
     b = Builder(state, None)
     b.move(Event.DEADLINE_DURING_TOOL)
-    b.s.stop_reason = "DEADLINE_REACHED"
+    b.s.stop_reason = StopReason.DEADLINE_REACHED
     return b.done()
 
 

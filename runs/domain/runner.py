@@ -26,7 +26,7 @@ from runs.domain import lifecycle
 from runs.domain.commits import Commit
 from runs.domain.decide import decide
 from runs.domain.errors import IntegrityViolation, VersionConflict
-from runs.domain.machine import Status
+from runs.domain.machine import Status, StopReason
 from runs.domain.planning import Planner, PlannerContext, PlannerError
 from runs.domain.ports import Clock, RunStore
 from runs.domain.settle import settle
@@ -202,7 +202,7 @@ class Runner:
         summary = None
         if not resuming:
             if not self._pay_step(state, now):
-                return lifecycle.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED")
+                return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
             context = self.context(state)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {

@@ -13,7 +13,8 @@ from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
 from runs.domain.commits import Builder, Commit, LedgerSettle, Lookups
-from runs.domain.machine import Event, Status
+from runs.domain.ledger import LedgerStatus
+from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
 
 
@@ -69,10 +70,12 @@ def _output_invalid(
     b: Builder, command: ExecutableCommand, outcome: ToolOutcome, violation: str
 ) -> None:
     b.commit.ledger_settle = LedgerSettle(
-        command.idempotency_token, "failed", _outcome_summary(outcome, "TOOL_OUTPUT_INVALID")
+        command.idempotency_token,
+        LedgerStatus.FAILED,
+        _outcome_summary(outcome, "TOOL_OUTPUT_INVALID"),
     )
     b.emit(ev.TOOL_RESULT_VALIDATED, command.proposal_id, valid=False, code=violation)
-    b.fail_or_cancel("TOOL_OUTPUT_INVALID", command.proposal_id, known=True)
+    b.fail_or_cancel(StopReason.TOOL_OUTPUT_INVALID, command.proposal_id, known=True)
 
 
 def _succeeded(
@@ -88,15 +91,18 @@ def _succeeded(
     if verification is not None and not verification.ok:
         code = verification.code or "TOOL_POSTCONDITION_FAILED"
         b.commit.ledger_settle = LedgerSettle(
-            token, "compensation-required", _outcome_summary(outcome), verification.model_dump()
+            token,
+            LedgerStatus.COMPENSATION_REQUIRED,
+            _outcome_summary(outcome),
+            verification.model_dump(),
         )
         b.emit(ev.TOOL_VERIFICATION_FAILED, pid, code=code)
-        b.commit.handoff_reason = "TOOL_POSTCONDITION_FAILED"
-        b.fail_or_cancel("TOOL_POSTCONDITION_FAILED", pid, known=True)
+        b.commit.handoff_reason = StopReason.TOOL_POSTCONDITION_FAILED
+        b.fail_or_cancel(StopReason.TOOL_POSTCONDITION_FAILED, pid, known=True)
         return
     b.commit.ledger_settle = LedgerSettle(
         token,
-        "reconciled" if reconciled else "succeeded",
+        LedgerStatus.RECONCILED if reconciled else LedgerStatus.SUCCEEDED,
         _outcome_summary(outcome),
         verification.model_dump() if verification else None,
     )
@@ -121,21 +127,21 @@ def _unknown(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> No
     """The effect may or may not have happened: the run stops and a person must look."""
     pid = command.proposal_id
     b.commit.ledger_settle = LedgerSettle(
-        command.idempotency_token, "unknown", _outcome_summary(outcome)
+        command.idempotency_token, LedgerStatus.UNKNOWN, _outcome_summary(outcome)
     )
     b.s.unresolved_effects += 1
-    b.commit.handoff_reason = "TOOL_OUTCOME_UNKNOWN"
+    b.commit.handoff_reason = StopReason.TOOL_OUTCOME_UNKNOWN
     if b.s.status is Status.CANCELLING:
-        b.stop(Event.UNKNOWN_EFFECT, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
+        b.stop(Event.UNKNOWN_EFFECT, StopReason.TOOL_OUTCOME_UNKNOWN, pid, code=outcome.code)
     else:
-        b.stop(Event.FAIL, "TOOL_OUTCOME_UNKNOWN", pid, code=outcome.code)
+        b.stop(Event.FAIL, StopReason.TOOL_OUTCOME_UNKNOWN, pid, code=outcome.code)
 
 
 def _no_effect(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> None:
     """Rejected, or failed: known not to have taken effect."""
     pid = command.proposal_id
     b.commit.ledger_settle = LedgerSettle(
-        command.idempotency_token, outcome.status.value, _outcome_summary(outcome)
+        command.idempotency_token, LedgerStatus(outcome.status.value), _outcome_summary(outcome)
     )
     content = {**_base(command), "status": outcome.status.value, "code": outcome.code}
     if outcome.status is OutcomeStatus.REJECTED and outcome.value:
@@ -144,7 +150,7 @@ def _no_effect(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> 
         content["retryable"] = outcome.retryable
     b.observe("tool", ObservationKind.TOOL_RESULT, TrustLabel.TRUSTED_TOOL, content)
     if outcome.status is OutcomeStatus.FAILED and not outcome.retryable:
-        b.fail_or_cancel("TOOL_FAILED", pid, known=True, code=outcome.code)
+        b.fail_or_cancel(StopReason.TOOL_FAILED, pid, known=True, code=outcome.code)
         return
     b.continue_or_cancel(pid)
 
