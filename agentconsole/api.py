@@ -38,6 +38,7 @@ _DOMAIN_STATUS: dict[str, int] = {
     "ILLEGAL_TRANSITION": 409,
     "VERSION_CONFLICT": 409,
     "LEASE_LOST": 409,
+    "CONFIRMATION_HASH_MISMATCH": 409,  # the change shown is not the change confirmed
 }
 
 
@@ -73,7 +74,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             extra = {"fields": detail} if isinstance(detail, dict) else {"errors": detail}
             response.data = error_body("VALIDATION_ERROR", "Invalid input.", extra)
         else:
-            extra = {"wait": exc.wait} if isinstance(exc, exceptions.Throttled) else {}
+            throttled = isinstance(exc, exceptions.Throttled)
+            # DRF sets Throttled.wait in __init__; the stubs do not declare it.
+            extra = {"wait": exc.wait} if throttled else {}  # type: ignore[attr-defined]
             response.data = error_body(_drf_code(exc), str(exc.detail), extra)
         return response
 

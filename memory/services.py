@@ -199,11 +199,8 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
     if change is None:
         raise NotFound("no such change", change_id=change_id)
     if change.proposal_hash != shown_hash:
-        mismatch = MemoryError(
-            "the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH"
-        )
-        mismatch.http_status = 409  # as for run confirmations
-        raise mismatch
+        # A 409 as for run confirmations (the API maps the code).
+        raise MemoryError("the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH")
     if change.expires_at <= timezone.now():
         PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")

@@ -56,7 +56,7 @@ def _lookup(registry: ToolRegistry, proposal: ActionProposal) -> RegisteredTool:
     return tool
 
 
-def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
+def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict[str, Any]:
     violation = tool.input_violation(proposal.arguments)
     if violation is not None:
         raise _Rejected(Reject("schema", violation.code, violation.message))
@@ -67,7 +67,9 @@ def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
     return dict(arguments) if arguments is proposal.arguments else arguments
 
 
-def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> tuple[str | None, dict]:
+def _semantic(
+    tool: RegisteredTool, arguments: dict[str, Any], facts: CallFacts
+) -> tuple[str | None, dict[str, Any]]:
     """The resource, and the arguments the tool will receive (resource field normalized).
 
     Everything after this layer (semantic checks, grant scope, constraints, the command) sees
@@ -100,7 +102,7 @@ def _path_field(tool: RegisteredTool) -> str | None:
     return getattr(rule, "field", None) if getattr(rule, "kind", None) == "path" else None
 
 
-def _arguments_hash(proposal: ActionProposal, arguments: dict) -> str:
+def _arguments_hash(proposal: ActionProposal, arguments: dict[str, Any]) -> str:
     """The hash (and so the token) of what the tool will run: the normalized arguments. Their
     c2 text is the proposal's unless the semantic layer rewrote the resource field."""
     text = proposal.canonical_arguments()

@@ -7,7 +7,7 @@ A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into a
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
 
@@ -44,7 +44,8 @@ class ActionProposal(_Strict):
         """The canonical JSON of the arguments, computed once (hash, size and token use it)."""
         # __pydantic_private__ directly: pydantic's __getattr__ for private attributes costs
         # more than the hashing it would save (measured in `make bench`).
-        private = self.__pydantic_private__
+        # Never None here: the model declares a private attribute, so pydantic sets the dict.
+        private = cast("dict[str, Any]", self.__pydantic_private__)
         text = private.get("_canonical")
         if text is None:
             text = private["_canonical"] = canonical(self.arguments)

@@ -101,4 +101,5 @@ def build_handoff_bundle(
         "recommended_safe_actions": _SAFE_ACTIONS.get(reason, _DEFAULT_SAFE),
         "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS + _FORBIDDEN.get(reason, []),
     }
-    return redact_secrets(bundle)
+    redacted: dict[str, Any] = redact_secrets(bundle)
+    return redacted

@@ -11,6 +11,7 @@ authoritative state and decides again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -288,8 +289,12 @@ class Runner:
                 attempt += 1
                 self._apply_fresh(
                     state.run_id,
-                    lambda cur, c=command, n=attempt, d=delay, code=outcome.code: (
-                        lifecycle.retrying(cur, c, attempt=n, code=code, delay_ms=d)
+                    functools.partial(
+                        lifecycle.retrying,
+                        command=command,
+                        attempt=attempt,
+                        code=outcome.code,
+                        delay_ms=delay,
                     ),
                 )
                 if cancel.wait(delay / 1000):
