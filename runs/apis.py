@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from agentconsole.api import StrictSerializer, validated
 from agentconsole.roles import is_admin, is_operator, is_reviewer
+from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
 from runs import handoffs, selectors, services
@@ -321,7 +322,7 @@ class ConfirmationList(APIView):
         parameters=[OpenApiParameter("status", str)], responses=ConfirmationOut(many=True)
     )
     def get(self, request: Request) -> Response:
-        wanted = request.query_params.get("status", "pending")
+        wanted = request.query_params.get("status", ConfirmationStatus.PENDING)
         qs = _confirmations_visible(request.user).filter(status=wanted).order_by("-requested_at")
         return Response(ConfirmationOut(qs[:MAX_PAGE], many=True).data)
 

@@ -24,7 +24,9 @@ from policy.domain.redaction import redact_secrets
 from runs import models as m
 from runs.domain import lifecycle
 from runs.domain import trace as ev
-from runs.domain.machine import TERMINAL
+from runs.domain.handoff import HandoffStatus
+from runs.domain.ledger import LedgerStatus
+from runs.domain.machine import TERMINAL, StopReason
 from runs.doorbell import ring_console
 from runs.store import command_from_row
 
@@ -47,8 +49,8 @@ def handoff_claim(*, handoff_id: int, by: Any) -> m.Handoff:
     """open → claimed by ``by``; a second claim is a conflict (compare-and-set on status)."""
     store = wiring.store()
     with transaction.atomic():
-        n = m.Handoff.objects.filter(pk=handoff_id, status="open").update(
-            status="claimed", assignee=user_or_none(by), claimed_at=timezone.now()
+        n = m.Handoff.objects.filter(pk=handoff_id, status=HandoffStatus.OPEN).update(
+            status=HandoffStatus.CLAIMED, assignee=user_or_none(by), claimed_at=timezone.now()
         )
         if n != 1:
             if not m.Handoff.objects.filter(pk=handoff_id).exists():
@@ -82,11 +84,16 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
     handoff = m.Handoff.objects.filter(pk=handoff_id).first()
     if handoff is None:
         raise NotFound("no such handoff", handoff_id=handoff_id)
-    if handoff.status != "claimed":
+    if handoff.status != HandoffStatus.CLAIMED:
         raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
     row = (
         m.LedgerEntry.objects.filter(
-            run_id=handoff.run_id, status__in=["unknown", "compensation-required", "started"]
+            run_id=handoff.run_id,
+            status__in=[
+                LedgerStatus.UNKNOWN,
+                LedgerStatus.COMPENSATION_REQUIRED,
+                LedgerStatus.STARTED,
+            ],
         )
         .order_by("-id")
         .first()
@@ -113,7 +120,7 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
             commit = (
                 lifecycle.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
-                else lifecycle.fail(state, "FAILED_BY_REVIEWER", by=actor_name(by))
+                else lifecycle.fail(state, StopReason.FAILED_BY_REVIEWER, by=actor_name(by))
             )
             store.apply(commit)
         _record(
@@ -126,8 +133,8 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
             reason=reason[:256],
             ledger_status=new_status,
         )
-        n = m.Handoff.objects.filter(pk=handoff.pk, status="claimed").update(
-            status="resolved", resolution=result, resolved_at=timezone.now()
+        n = m.Handoff.objects.filter(pk=handoff.pk, status=HandoffStatus.CLAIMED).update(
+            status=HandoffStatus.RESOLVED, resolution=result, resolved_at=timezone.now()
         )
         if n != 1:
             raise HandoffError("handoff resolved concurrently", code="HANDOFF_CONFLICT")
@@ -138,11 +145,11 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
 
 def _effect_action(
     action: str, row: m.LedgerEntry, store: Any, *, by: str, reason: str
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[LedgerStatus, dict[str, Any]]:
     if action == "mark_effect_present":
-        return "reconciled", {"effect": "present"}
+        return LedgerStatus.RECONCILED, {"effect": "present"}
     if action == "mark_effect_absent":
-        return "failed", {"effect": "absent"}
+        return LedgerStatus.FAILED, {"effect": "absent"}
     registered = wiring.registry().get(row.tool_name, row.tool_version)
     if registered is None:
         raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
@@ -161,9 +168,9 @@ def _effect_action(
         outcome = execution.outcome
         verified = execution.verification is None or execution.verification.ok
         if outcome.status is OutcomeStatus.SUCCEEDED and verified:
-            return "reconciled", {"effect": "present", "retried": True}
+            return LedgerStatus.RECONCILED, {"effect": "present", "retried": True}
         if outcome.status in (OutcomeStatus.FAILED, OutcomeStatus.REJECTED):
-            return "failed", {"effect": "absent", "retried": True, "code": outcome.code}
+            return LedgerStatus.FAILED, {"effect": "absent", "retried": True, "code": outcome.code}
         raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
     if contract.compensate is None:
         raise HandoffError("this tool cannot compensate", code="COMPENSATION_NOT_SUPPORTED")
@@ -171,4 +178,4 @@ def _effect_action(
     outcome = contract.compensate(dict(command.validated_arguments), ctx)
     if outcome.status is not OutcomeStatus.SUCCEEDED:
         raise HandoffError("compensation failed", code="COMPENSATION_FAILED")
-    return "reconciled", {"effect": "compensated"}
+    return LedgerStatus.RECONCILED, {"effect": "compensated"}

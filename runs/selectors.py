@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from memory.models import PreferenceRecord
+from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, Grant
 from runs import models as m
+from runs.domain.handoff import HandoffStatus
 from runs.store import _row_to_state
 
 
@@ -140,6 +142,8 @@ def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any
 def queue_counts() -> dict[str, int]:
     """Two indexed counts: the operator queue and the handoff inbox."""
     return {
-        "pending_confirmations": Confirmation.objects.filter(status="pending").count(),
-        "open_handoffs": m.Handoff.objects.exclude(status="resolved").count(),
+        "pending_confirmations": Confirmation.objects.filter(
+            status=ConfirmationStatus.PENDING
+        ).count(),
+        "open_handoffs": m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED).count(),
     }

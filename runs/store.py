@@ -31,6 +31,7 @@ from runs import models as m
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.handoff import build_handoff_bundle
+from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
 
 HANDOFF_OBSERVATIONS = 5
@@ -301,7 +302,8 @@ class OrmRunStore:
         if commit.ledger_settle is not None:
             s = commit.ledger_settle
             n = m.LedgerEntry.objects.filter(
-                idempotency_token=s.idempotency_token, status__in=["started", "unknown"]
+                idempotency_token=s.idempotency_token,
+                status__in=[LedgerStatus.STARTED, LedgerStatus.UNKNOWN],
             ).update(
                 status=s.status,
                 outcome=s.outcome,
@@ -313,7 +315,7 @@ class OrmRunStore:
         if commit.ledger_attempt is not None:
             token, attempt = commit.ledger_attempt
             n = m.LedgerEntry.objects.filter(
-                idempotency_token=token, status="started", attempt=attempt - 1
+                idempotency_token=token, status=LedgerStatus.STARTED, attempt=attempt - 1
             ).update(attempt=attempt)
             if n != 1:
                 raise VersionConflict("ledger attempt moved concurrently", run_id=run_id)
@@ -415,7 +417,12 @@ class OrmRunStore:
                 "verification": r.verification,
             }
             for r in m.LedgerEntry.objects.filter(
-                run_id=state.run_id, status__in=["started", "unknown", "compensation-required"]
+                run_id=state.run_id,
+                status__in=[
+                    LedgerStatus.STARTED,
+                    LedgerStatus.UNKNOWN,
+                    LedgerStatus.COMPENSATION_REQUIRED,
+                ],
             )
         ]
         bundle = build_handoff_bundle(
@@ -464,7 +471,7 @@ class OrmRunStore:
         return OrmLookups(run_id)
 
     def active_tool(self, run_id: str) -> bool:
-        return m.LedgerEntry.objects.filter(run_id=run_id, status="started").exists()
+        return m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).exists()
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
         rows = m.Observation.objects.filter(run_id=run_id).order_by("-id")[:limit]
@@ -475,7 +482,7 @@ class OrmRunStore:
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
-        row = m.LedgerEntry.objects.filter(run_id=run_id, status="started").first()
+        row = m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).first()
         if row is None:
             return None
         return command_from_row(row), row.attempt

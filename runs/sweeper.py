@@ -23,6 +23,7 @@ from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import models as m
 from runs.domain import lifecycle
+from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
 
 STALE_AFTER = timedelta(seconds=30)
@@ -57,7 +58,7 @@ def sweep(
         except DomainError:
             continue  # decided or cancelled meanwhile
 
-    orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status="started")
+    orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status=LedgerStatus.STARTED)
     stranded = (
         m.Run.objects.filter(
             status__in=[Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]
