@@ -27,9 +27,11 @@ run: venv migrate
 test: venv
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# mypy: strict on the domain core, the django-stubs plugin on the rest (config in pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 fmt: venv
 	$(VENV)/bin/ruff check --fix .

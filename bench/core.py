@@ -14,7 +14,7 @@ REPS = 5
 
 def _noop_contract():
     from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
-    from policy.domain.proposals import ToolOutcome
+    from policy.domain.outcomes import ToolOutcome
 
     return ToolContract(
         name="bench_noop",

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, Context, percentile, summary
+from runs.domain.ledger import LedgerStatus
 
 SCENARIOS = ROOT / "runs" / "fixtures" / "scenarios"
 START_TIMEOUT_S = 60
@@ -673,7 +674,7 @@ def bench_trace_latency(ctx: Context) -> dict[str, Any]:
     tool_failures = Counter(
         f"{(outcome or {}).get('code')}: {(outcome or {}).get('message')}"[:120]
         for outcome in m.LedgerEntry.objects.filter(run_id__in=run_ids)
-        .exclude(status="succeeded")
+        .exclude(status=LedgerStatus.SUCCEEDED)
         .values_list("outcome", flat=True)
     )
     connections.close_all()

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from memory.domain.preferences import ChangeStatus
+
 
 class PreferenceRecord(models.Model):
     subject = models.CharField(max_length=128)
@@ -125,14 +127,14 @@ class PreferenceChange(models.Model):
     confirmation shown for one value can never apply another.
     """
 
-    STATUSES = ("pending", "applied", "conflict", "expired", "cancelled")
+    STATUSES = tuple(s.value for s in ChangeStatus)
 
     subject = models.CharField(max_length=128, db_index=True)
     key = models.CharField(max_length=64)
     proposed_value = models.CharField(max_length=512)
     expected_version = models.PositiveIntegerField(null=True, blank=True)
     proposal_hash = models.CharField(max_length=64)
-    status = models.CharField(max_length=16, default="pending")
+    status = models.CharField(max_length=16, default=ChangeStatus.PENDING.value)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -145,7 +147,7 @@ class PreferenceChange(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "applied", "conflict", "expired", "cancelled"]),
+                condition=Q(status__in=[s.value for s in ChangeStatus]),
                 name="preference_change_status_valid",
             )
         ]

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.domain.preferences import KeyPolicy, check_preference
+from memory.domain.preferences import ChangeStatus, KeyPolicy, check_preference
 from memory.domain.working import rebuild
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord, WorkingMemoryItem
 from memory.policies import memory_policies
@@ -198,13 +198,12 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
     if change is None:
         raise NotFound("no such change", change_id=change_id)
     if change.proposal_hash != shown_hash:
-        mismatch = MemoryError(
-            "the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH"
-        )
-        mismatch.http_status = 409  # as for run confirmations
-        raise mismatch
+        # A 409 as for run confirmations (the API maps the code).
+        raise MemoryError("the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH")
     if change.expires_at <= timezone.now():
-        PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
+        PreferenceChange.objects.filter(pk=change.pk, status=ChangeStatus.PENDING).update(
+            status=ChangeStatus.EXPIRED
+        )
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
     # All conditions hold at the moment of writing, not only at proposal time: the whitelist
     # or a key's schema may have narrowed since. Checked before the change is claimed.
@@ -213,8 +212,8 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         raise MemoryError(violation[1], code=violation[0])
     # Claim the change first: a replayed confirmation finds it no longer pending.
     if (
-        PreferenceChange.objects.filter(pk=change.pk, status="pending").update(
-            status="applied", decided_at=timezone.now()
+        PreferenceChange.objects.filter(pk=change.pk, status=ChangeStatus.PENDING).update(
+            status=ChangeStatus.APPLIED, decided_at=timezone.now()
         )
         != 1
     ):
@@ -230,7 +229,8 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         actor=by.get_username(),
     )
     PreferenceChange.objects.filter(pk=change.pk).update(
-        status="applied" if result.ok else "conflict", result=result.as_dict()
+        status=ChangeStatus.APPLIED if result.ok else ChangeStatus.CONFLICT,
+        result=result.as_dict(),
     )
     return result
 

@@ -22,7 +22,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 
 
 def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:

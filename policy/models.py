@@ -68,7 +68,7 @@ class Confirmation(models.Model):
             # for the same hash would let two clicks authorize one proposal twice.
             models.UniqueConstraint(
                 fields=["run", "proposal_hash"],
-                condition=Q(status="pending"),
+                condition=Q(status=ConfirmationStatus.PENDING.value),
                 name="confirmation_one_pending_per_hash",
             ),
         ]

@@ -25,12 +25,12 @@ from typing import Any
 from django.db import models, transaction
 
 from memory.models import WorkingMemoryItem
-from policy.domain.errors import VersionConflict
 from policy.domain.redaction import ValueEraser
 from policy.models import Confirmation, Grant
 from runs import models as m
-from runs.domain import step as steps
 from runs.domain import trace as ev
+from runs.domain.commits import Commit
+from runs.domain.errors import VersionConflict
 from runs.store import OrmRunStore
 
 # The columns that hold content copied from a run's inputs and outputs. Identity, status, code
@@ -97,7 +97,7 @@ def _erase_run(
                 goal, planner = eraser.erase(row["goal"]), eraser.erase(row["planner"])
                 if eraser.replaced == before and not touched:
                     return  # nothing of the erased values in this run: leave it alone
-                commit = steps.Commit(expected_version=state.version, state=state)
+                commit = Commit(expected_version=state.version, state=state)
                 commit.events.append(ev.TraceDraft(ev.RUN_VALUES_ERASED, None, {"by": by[:150]}))
                 commit.state.version += 1
                 store.apply(commit)

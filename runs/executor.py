@@ -15,7 +15,7 @@ from typing import Any
 
 from policy.domain.contracts import CancelSignal, SideEffect, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import scrub
 from policy.domain.registry import ToolRegistry
 from runs.domain.runner import Execution

@@ -29,7 +29,8 @@ from agentconsole.celery import app
 from memory.models import PreferenceRecord
 from runs import models as m
 from runs.corpus import demo_corpus_dir, document_load
-from runs.domain.machine import TERMINAL, Status
+from runs.domain.ledger import LedgerStatus
+from runs.domain.machine import TERMINAL, Status, StopReason
 from runs.faults import CRASH_ENV
 from runs.scenarios import Scenario, create_run, parse_scenario
 from runs.sweeper import sweep
@@ -72,7 +73,11 @@ def _check_injection(run: m.Run) -> list[str]:
 
 def _check_loop(run: m.Run) -> list[str]:
     f: list[str] = []
-    _expect(f, run.stop_reason == "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION", "loop stop reason")
+    _expect(
+        f,
+        run.stop_reason == StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION,
+        "loop stop reason",
+    )
     _expect(f, run.tool_calls <= run.max_repeated_proposal, "tool calls within the repeat limit")
     _expect(f, run.step == run.max_repeated_proposal + 1, "stopped at max_repeated_proposal + 1")
     handoff = run.handoffs.first()
@@ -85,11 +90,15 @@ def _check_loop(run: m.Run) -> list[str]:
 def _check_verification(run: m.Run) -> list[str]:
     f: list[str] = []
     _expect(f, run.status == "failed", f"failed (got {run.status})")
-    _expect(f, run.stop_reason == "TOOL_POSTCONDITION_FAILED", "TOOL_POSTCONDITION_FAILED")
+    _expect(f, run.stop_reason == StopReason.TOOL_POSTCONDITION_FAILED, "TOOL_POSTCONDITION_FAILED")
     _expect(f, run.answer is None, "the final claiming success was not accepted")
     statuses = list(run.ledger.values_list("status", flat=True))
-    _expect(f, statuses == ["compensation-required"], f"ledger compensation-required {statuses}")
-    _expect(f, run.handoffs.filter(reason="TOOL_POSTCONDITION_FAILED").exists(), "handoff")
+    _expect(
+        f,
+        statuses == [LedgerStatus.COMPENSATION_REQUIRED],
+        f"ledger compensation-required {statuses}",
+    )
+    _expect(f, run.handoffs.filter(reason=StopReason.TOOL_POSTCONDITION_FAILED).exists(), "handoff")
     return f
 
 
@@ -105,9 +114,11 @@ def _check_cancel_no_effect(run: m.Run) -> list[str]:
 def _check_cancel_unknown(run: m.Run) -> list[str]:
     f: list[str] = []
     _expect(f, run.status == "failed", f"failed, not cancelled (got {run.status})")
-    _expect(f, run.stop_reason == "TOOL_OUTCOME_UNKNOWN", "TOOL_OUTCOME_UNKNOWN")
+    _expect(f, run.stop_reason == StopReason.TOOL_OUTCOME_UNKNOWN, "TOOL_OUTCOME_UNKNOWN")
     _expect(f, run.ledger.count() == 1, "no tool started after the cancel")
-    _expect(f, run.handoffs.filter(reason="TOOL_OUTCOME_UNKNOWN").exists(), "handoff opened")
+    _expect(
+        f, run.handoffs.filter(reason=StopReason.TOOL_OUTCOME_UNKNOWN).exists(), "handoff opened"
+    )
     return f
 
 
@@ -132,7 +143,7 @@ def _check_crash(run: m.Run) -> list[str]:
 def _check_reconciled(run: m.Run) -> list[str]:
     f = _check_exactly_once(run)
     statuses = list(run.ledger.values_list("status", flat=True))
-    _expect(f, statuses == ["reconciled"], f"ledger reconciled (got {statuses})")
+    _expect(f, statuses == [LedgerStatus.RECONCILED], f"ledger reconciled (got {statuses})")
     return f
 
 
@@ -284,7 +295,7 @@ def _wait(run_id: str, queue: str) -> m.Run | None:
         if run.status in {s.value for s in TERMINAL} | {Status.WAITING_CONFIRMATION.value}:
             return run
         lease_lapsed = run.lease_expires_at is None or run.lease_expires_at < timezone.now()
-        orphan = run.ledger.filter(status="started").exists()
+        orphan = run.ledger.filter(status=LedgerStatus.STARTED).exists()
         if lease_lapsed and orphan and time.monotonic() - last_sweep > SWEEP_EVERY_S:
             last_sweep = time.monotonic()
             sweep(queue=queue)

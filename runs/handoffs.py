@@ -17,14 +17,16 @@ from django.utils import timezone
 from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
-from policy.domain.proposals import OutcomeStatus
+from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, user_or_none
 from runs import models as m
 from runs.context import RunsContext, resolve
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain import trace as ev
-from runs.domain.machine import TERMINAL
+from runs.domain.handoff import HandoffStatus
+from runs.domain.ledger import LedgerStatus
+from runs.domain.machine import TERMINAL, StopReason
 from runs.doorbell import ring_console
 from runs.store import command_from_row
 
@@ -47,8 +49,8 @@ def handoff_claim(*, handoff_id: int, by: Any, ctx: RunsContext | None = None) -
     """open → claimed by ``by``; a second claim is a conflict (compare-and-set on status)."""
     store = resolve(ctx).store()
     with transaction.atomic():
-        n = m.Handoff.objects.filter(pk=handoff_id, status="open").update(
-            status="claimed", assignee=user_or_none(by), claimed_at=timezone.now()
+        n = m.Handoff.objects.filter(pk=handoff_id, status=HandoffStatus.OPEN).update(
+            status=HandoffStatus.CLAIMED, assignee=user_or_none(by), claimed_at=timezone.now()
         )
         if n != 1:
             if not m.Handoff.objects.filter(pk=handoff_id).exists():
@@ -63,7 +65,7 @@ def handoff_claim(*, handoff_id: int, by: Any, ctx: RunsContext | None = None) -
 def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
     for _ in range(20):
         try:
-            store.apply(steps.handoff_event(store.load(run_id), event, **details))
+            store.apply(lifecycle.handoff_event(store.load(run_id), event, **details))
             return
         except DomainError:
             continue
@@ -84,11 +86,16 @@ def handoff_resolve(
     handoff = m.Handoff.objects.filter(pk=handoff_id).first()
     if handoff is None:
         raise NotFound("no such handoff", handoff_id=handoff_id)
-    if handoff.status != "claimed":
+    if handoff.status != HandoffStatus.CLAIMED:
         raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
     row = (
         m.LedgerEntry.objects.filter(
-            run_id=handoff.run_id, status__in=["unknown", "compensation-required", "started"]
+            run_id=handoff.run_id,
+            status__in=[
+                LedgerStatus.UNKNOWN,
+                LedgerStatus.COMPENSATION_REQUIRED,
+                LedgerStatus.STARTED,
+            ],
         )
         .order_by("-id")
         .first()
@@ -116,9 +123,9 @@ def handoff_resolve(
         state = store.load(handoff.run_id)
         if action in ("cancel", "fail") and state.status not in TERMINAL:
             commit = (
-                steps.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
+                lifecycle.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
-                else steps.fail(state, "FAILED_BY_REVIEWER", by=actor_name(by))
+                else lifecycle.fail(state, StopReason.FAILED_BY_REVIEWER, by=actor_name(by))
             )
             store.apply(commit)
         _record(
@@ -131,8 +138,8 @@ def handoff_resolve(
             reason=reason[:256],
             ledger_status=new_status,
         )
-        n = m.Handoff.objects.filter(pk=handoff.pk, status="claimed").update(
-            status="resolved", resolution=result, resolved_at=timezone.now()
+        n = m.Handoff.objects.filter(pk=handoff.pk, status=HandoffStatus.CLAIMED).update(
+            status=HandoffStatus.RESOLVED, resolution=result, resolved_at=timezone.now()
         )
         if n != 1:
             raise HandoffError("handoff resolved concurrently", code="HANDOFF_CONFLICT")
@@ -143,11 +150,11 @@ def handoff_resolve(
 
 def _effect_action(
     action: str, row: m.LedgerEntry, store: Any, ctx: RunsContext, *, by: str, reason: str
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[LedgerStatus, dict[str, Any]]:
     if action == "mark_effect_present":
-        return "reconciled", {"effect": "present"}
+        return LedgerStatus.RECONCILED, {"effect": "present"}
     if action == "mark_effect_absent":
-        return "failed", {"effect": "absent"}
+        return LedgerStatus.FAILED, {"effect": "absent"}
     registered = ctx.registry().get(row.tool_name, row.tool_version)
     if registered is None:
         raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
@@ -166,9 +173,9 @@ def _effect_action(
         outcome = execution.outcome
         verified = execution.verification is None or execution.verification.ok
         if outcome.status is OutcomeStatus.SUCCEEDED and verified:
-            return "reconciled", {"effect": "present", "retried": True}
+            return LedgerStatus.RECONCILED, {"effect": "present", "retried": True}
         if outcome.status in (OutcomeStatus.FAILED, OutcomeStatus.REJECTED):
-            return "failed", {"effect": "absent", "retried": True, "code": outcome.code}
+            return LedgerStatus.FAILED, {"effect": "absent", "retried": True, "code": outcome.code}
         raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
     if contract.compensate is None:
         raise HandoffError("this tool cannot compensate", code="COMPENSATION_NOT_SUPPORTED")
@@ -176,4 +183,4 @@ def _effect_action(
     outcome = contract.compensate(dict(command.validated_arguments), ctx)
     if outcome.status is not OutcomeStatus.SUCCEEDED:
         raise HandoffError("compensation failed", code="COMPENSATION_FAILED")
-    return "reconciled", {"effect": "compensated"}
+    return LedgerStatus.RECONCILED, {"effect": "compensated"}

@@ -16,7 +16,7 @@ def main() -> int:
     # import here: the child is a fresh process; these modules need Django set up first.
     from agentconsole import wiring
     from policy.domain.contracts import CancelSignal, ToolContext
-    from policy.domain.proposals import ToolOutcome
+    from policy.domain.outcomes import ToolOutcome
 
     request = json.loads(sys.stdin.buffer.read())
     registered = wiring.registry().get(request["tool"], request["version"])

@@ -21,7 +21,7 @@ from typing import Any
 
 from policy.domain.contracts import SideEffect, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 
 POLL_S = 0.02
 # The child's whole stdout (the outcome line): past this it is killed, OUTPUT_TOO_LARGE.

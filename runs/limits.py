@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Case, F, Q, Value, When
@@ -60,7 +61,7 @@ class DailyStepQuotaExhausted(LimitError):
     code = "DAILY_STEP_QUOTA_EXHAUSTED"
     http_status = 429
 
-    def __init__(self, message: str, *, retry_after_s: int, **extra: object) -> None:
+    def __init__(self, message: str, *, retry_after_s: int, **extra: Any) -> None:
         super().__init__(message, retry_after_s=retry_after_s, **extra)
         self.retry_after_s = retry_after_s
 

@@ -11,6 +11,8 @@ from django.db import models
 from django.db.models import F, Q
 
 from policy.domain.canonical import HASH_SCHEME
+from runs.domain.handoff import HandoffStatus
+from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
 
 
@@ -172,15 +174,8 @@ class Observation(models.Model):
         return f"{self.run_id}/{self.observation_id} ({self.trust})"
 
 
-LEDGER_STATUSES = [
-    "started",
-    "succeeded",
-    "rejected",
-    "failed",
-    "unknown",
-    "reconciled",
-    "compensation-required",
-]
+# Plain strings, in the enum's order: the migrations hold exactly these values.
+LEDGER_STATUSES = [s.value for s in LedgerStatus]
 
 
 class LedgerEntry(models.Model):
@@ -201,7 +196,7 @@ class LedgerEntry(models.Model):
     confirmation_id = models.CharField(max_length=128, null=True, blank=True)
     grant_ids = models.JSONField(default=list)
     step = models.PositiveIntegerField()
-    status = models.CharField(max_length=32, default="started")
+    status = models.CharField(max_length=32, default=LedgerStatus.STARTED.value)
     outcome = models.JSONField(null=True, blank=True)
     verification = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
@@ -265,11 +260,11 @@ class Document(models.Model):
 class Handoff(models.Model):
     """A run handed to a person (seed §14). Resolved only through ``runs.handoffs`` commands."""
 
-    STATUSES = ("open", "claimed", "resolved")
+    STATUSES = tuple(s.value for s in HandoffStatus)
 
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="handoffs")
     reason = models.CharField(max_length=64)
-    status = models.CharField(max_length=16, default="open")
+    status = models.CharField(max_length=16, default=HandoffStatus.OPEN.value)
     bundle = models.JSONField()
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -283,11 +278,14 @@ class Handoff(models.Model):
         ordering = ["-opened_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["open", "claimed", "resolved"]), name="handoff_status_valid"
+                condition=Q(status__in=[s.value for s in HandoffStatus]),
+                name="handoff_status_valid",
             ),
             # A run has at most one unresolved handoff: reviewers never race on two bundles.
             models.UniqueConstraint(
-                fields=["run"], condition=~Q(status="resolved"), name="handoff_one_open_per_run"
+                fields=["run"],
+                condition=~Q(status=HandoffStatus.RESOLVED.value),
+                name="handoff_one_open_per_run",
             ),
         ]
         indexes = [models.Index(fields=["status", "-opened_at"], name="handoff_inbox")]

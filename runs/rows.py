@@ -6,7 +6,7 @@ from typing import Any
 
 from memory.domain.working import WorkingItem
 from memory.models import WorkingMemoryItem
-from policy.domain.proposals import Observation, ObservationKind, TrustLabel
+from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from runs import models as m
 from runs.domain.state import RunState
 

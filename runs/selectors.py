@@ -13,6 +13,7 @@ from policy.roles import sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve
+from runs.domain.handoff import HandoffStatus
 from runs.rows import row_to_state
 
 
@@ -116,5 +117,5 @@ def queue_counts() -> dict[str, int]:
     """Two indexed counts: the operator queue and the handoff inbox."""
     return {
         "pending_confirmations": policy_selectors.pending_confirmations_count(),
-        "open_handoffs": m.Handoff.objects.exclude(status="resolved").count(),
+        "open_handoffs": m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED).count(),
     }

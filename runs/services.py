@@ -16,16 +16,18 @@ from django.db import transaction
 from policy import services as policy_services
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import DomainError, LeaseLost, NotFound
+from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, user_or_none
 from policy.services import ConfirmationNotPending
 from runs import erasure
 from runs.context import RunsContext, resolve
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.commits import Commit
+from runs.domain.errors import LeaseLost
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
@@ -126,7 +128,7 @@ def run_create(
             proposals=proposals,
             faults=faults,
         )
-        created = steps.Commit(expected_version=state.version, state=state.model_copy(deep=True))
+        created = Commit(expected_version=state.version, state=state.model_copy(deep=True))
         created.events.append(
             ev.TraceDraft(
                 ev.RUN_CREATED,
@@ -235,7 +237,7 @@ def confirmation_decide(
     state = store.load(row.run_id)
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
         raise ConfirmationNotPending("the run is not waiting for this confirmation")
-    commit = steps.decide_confirmation(
+    commit = lifecycle.decide_confirmation(
         state, confirmation_id=row.pk, approved=approved, by=actor_name(by)
     )
     with transaction.atomic():
@@ -262,7 +264,7 @@ def run_cancel(
         state = store.load(run_id)
         if state.status in (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.CANCELLING):
             return state
-        commit = steps.request_cancel(
+        commit = lifecycle.request_cancel(
             state, by=actor_name(by), reason=reason, active_tool=store.active_tool(run_id)
         )
         try:

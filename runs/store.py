@@ -24,11 +24,12 @@ from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation
+from policy.domain.observations import Observation
 from runs import models as m
-from runs.domain.ports import IntegrityViolation
+from runs.domain.commits import Commit
+from runs.domain.errors import IntegrityViolation
+from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
-from runs.domain.step import Commit
 from runs.rows import row_to_state, state_fields, to_item, to_observation
 from runs.writers import WRITERS, At, write_run
 
@@ -192,7 +193,7 @@ class OrmRunStore:
         return OrmLookups(run_id)
 
     def active_tool(self, run_id: str) -> bool:
-        return m.LedgerEntry.objects.filter(run_id=run_id, status="started").exists()
+        return m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).exists()
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
         rows = m.Observation.objects.filter(run_id=run_id).order_by("-id")[:limit]
@@ -203,13 +204,10 @@ class OrmRunStore:
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
-        row = m.LedgerEntry.objects.filter(run_id=run_id, status="started").first()
+        row = m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).first()
         if row is None:
             return None
         return command_from_row(row), row.attempt
-
-    def run_faults(self, run_id: str) -> dict[str, Any]:
-        return m.Run.objects.values_list("faults", flat=True).get(pk=run_id) or {}
 
 
 def command_from_row(row: m.LedgerEntry) -> ExecutableCommand:

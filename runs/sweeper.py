@@ -23,7 +23,8 @@ from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
 from runs.context import RunsContext, resolve
-from runs.domain import step as steps
+from runs.domain import lifecycle
+from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
 
 STALE_AFTER = timedelta(seconds=30)
@@ -55,12 +56,12 @@ def sweep(
     for run_id in overdue_waiting:
         try:
             # The commit also expires the run's pending confirmation.
-            state = store.apply(steps.deadline_while_waiting(store.load(run_id)))
+            state = store.apply(lifecycle.deadline_while_waiting(store.load(run_id)))
             report.expired_waiting.append(state.run_id)
         except DomainError:
             continue  # decided or cancelled meanwhile
 
-    orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status="started")
+    orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status=LedgerStatus.STARTED)
     stranded = (
         m.Run.objects.filter(
             status__in=[Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]

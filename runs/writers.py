@@ -20,11 +20,11 @@ from django.utils import timezone
 from memory.domain.working import admit
 from memory.models import WorkingMemoryItem
 from policy import services as policy_services
-from policy.domain.errors import LeaseLost, VersionConflict
 from runs import models as m
+from runs.domain.commits import Commit
+from runs.domain.errors import LeaseLost, VersionConflict
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
-from runs.domain.step import Commit
 from runs.rows import state_fields, to_item
 
 HANDOFF_OBSERVATIONS = 5

@@ -6,6 +6,7 @@ preference is data handed to the planner, never text that steers it.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -80,3 +81,14 @@ def check_preference(
     if policy is None:
         return ("MEMORY_KEY_NOT_ALLOWED", "this key is not on the memory whitelist")
     return policy.violation(value)
+
+
+class ChangeStatus(enum.StrEnum):
+    """A proposed preference change: pending a confirmation, then applied, refused as a
+    conflict (the value moved meanwhile), expired or cancelled. Stored as the string value."""
+
+    PENDING = "pending"
+    APPLIED = "applied"
+    CONFLICT = "conflict"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"

@@ -81,7 +81,8 @@ def check_confirmation(
     for c in confirmations:
         if c.run_id != run_id:
             continue
-        target = needed
+        # Never None for a contract that needs a confirmation at all (``needed`` above).
+        target: str | None = needed
         if c.hash_scheme != HASH_SCHEME:
             if hash_in is None or c.hash_scheme not in SCHEMES:
                 continue

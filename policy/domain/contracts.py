@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policy.domain.errors import RegistryError
-from policy.domain.proposals import ToolOutcome, TrustLabel, Verification
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome, Verification
 
 
 class SideEffect(enum.StrEnum):
@@ -56,8 +57,13 @@ class ResourceRule(Protocol):
     argument *replaced by the derived resource*, so grants, constraints and the tool all see the
     same value (issue 9 item 1)."""
 
-    kind: str
-    field: str | None
+    # Read-only: the rules are frozen dataclasses, and a settable protocol attribute would
+    # refuse them (and a str field where ``str | None`` is declared).
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def field(self) -> str | None: ...
 
     def derive(self, arguments: Mapping[str, Any], facts: CallFacts) -> str: ...
 
@@ -221,7 +227,8 @@ class RetryPolicy:
     backoff_ms: int = 100
 
     def delay_ms(self, attempt: int) -> int:
-        return self.backoff_ms * 2 ** (attempt - 1)
+        # int(): typeshed types int ** int as Any (a negative exponent gives a float).
+        return int(self.backoff_ms * 2 ** (attempt - 1))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ class DomainError(Exception):
     """Base class: a stable ``code``, a human message and structured ``extra``."""
 
     code = "DOMAIN_ERROR"
-    http_status = 400
 
     def __init__(self, message: str = "", *, code: str | None = None, **extra: Any) -> None:
         super().__init__(message or self.code)
@@ -35,23 +34,5 @@ class RegistryError(DomainError):
     code = "TOOL_REGISTRY_ERROR"
 
 
-class IllegalTransition(DomainError):
-    code = "ILLEGAL_TRANSITION"
-    http_status = 409
-
-
-class VersionConflict(DomainError):
-    code = "VERSION_CONFLICT"
-    http_status = 409
-
-
 class NotFound(DomainError):
     code = "NOT_FOUND"
-    http_status = 404
-
-
-class LeaseLost(DomainError):
-    """This worker no longer holds the run's lease: another one advances it now."""
-
-    code = "LEASE_LOST"
-    http_status = 409

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from policy.domain import canonical as hashing
-from policy.domain.confirmations import Confirmation, check_confirmation
-from policy.domain.contracts import CallFacts, ResourceError, bind_resource
+from policy.domain.confirmations import Confirmation, ConfirmationCheck, check_confirmation
+from policy.domain.contracts import CallFacts, ResourceError, ToolContract, bind_resource
 from policy.domain.decisions import (
     Decision,
     ExecutableCommand,
@@ -55,7 +56,7 @@ def _lookup(registry: ToolRegistry, proposal: ActionProposal) -> RegisteredTool:
     return tool
 
 
-def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
+def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict[str, Any]:
     violation = tool.input_violation(proposal.arguments)
     if violation is not None:
         raise _Rejected(Reject("schema", violation.code, violation.message))
@@ -66,7 +67,9 @@ def _schema(tool: RegisteredTool, proposal: ActionProposal) -> dict:
     return dict(arguments) if arguments is proposal.arguments else arguments
 
 
-def _semantic(tool: RegisteredTool, arguments: dict, facts: CallFacts) -> tuple[str | None, dict]:
+def _semantic(
+    tool: RegisteredTool, arguments: dict[str, Any], facts: CallFacts
+) -> tuple[str | None, dict[str, Any]]:
     """The resource, and the arguments the tool will receive (resource field normalized).
 
     Everything after this layer (semantic checks, grant scope, constraints, the command) sees
@@ -99,7 +102,7 @@ def _path_field(tool: RegisteredTool) -> str | None:
     return getattr(rule, "field", None) if getattr(rule, "kind", None) == "path" else None
 
 
-def _arguments_hash(proposal: ActionProposal, arguments: dict) -> str:
+def _arguments_hash(proposal: ActionProposal, arguments: dict[str, Any]) -> str:
     """The hash (and so the token) of what the tool will run: the normalized arguments. Their
     c2 text is the proposal's unless the semantic layer rewrote the resource field."""
     text = proposal.canonical_arguments()
@@ -170,6 +173,25 @@ def evaluate(
         )
     passed.append("confirmation")
 
+    stopped = _state_and_budget(run, now_ms, passed)
+    if stopped is not None:
+        return stopped
+    command = _command(
+        proposal,
+        contract,
+        run=run,
+        arguments=arguments,
+        resource=resource,
+        proposal_hash=p_hash,
+        grant_ids=auth.grant_ids,
+        confirmation=confirmation,
+        now_ms=now_ms,
+    )
+    return Execute(command=command, passed=tuple(passed))
+
+
+def _state_and_budget(run: RunView, now_ms: int, passed: list[str]) -> Decision | None:
+    """The state and budget layers; None when both pass (each appends itself to ``passed``)."""
     if run.status != "running":
         return Reject("state", "RUN_NOT_RUNNING", f"run is {run.status}", tuple(passed))
     if run.unresolved_effects:
@@ -182,10 +204,25 @@ def evaluate(
     if now_ms >= run.deadline_ms:
         return Stop("budget", "DEADLINE_REACHED", "run deadline passed", tuple(passed))
     passed.append("budget")
+    return None
 
+
+def _command(
+    proposal: ActionProposal,
+    contract: ToolContract,
+    *,
+    run: RunView,
+    arguments: Any,
+    resource: str | None,
+    proposal_hash: str,
+    grant_ids: tuple[str, ...],
+    confirmation: ConfirmationCheck,
+    now_ms: int,
+) -> ExecutableCommand:
+    """The sealed command of a proposal that passed every layer."""
     args_hash = _arguments_hash(proposal, arguments)
     token = hashing.idempotency_token(run.run_id, proposal.proposal_id, contract.version, args_hash)
-    command = _issue(
+    return _issue(
         command_id=f"{run.run_id}:{proposal.proposal_id}",
         run_id=run.run_id,
         proposal_id=proposal.proposal_id,
@@ -193,17 +230,16 @@ def evaluate(
         tool_version=contract.version,
         validated_arguments=arguments,
         arguments_hash=args_hash,
-        proposal_hash=p_hash,
+        proposal_hash=proposal_hash,
         idempotency_token=token,
         resource=resource,
         # seed §13: a tool never gets more time than the run has left.
         deadline_ms=min(run.deadline_ms, now_ms + contract.timeout_ms),
         granted_capabilities=tuple(contract.required_capabilities),
-        grant_ids=auth.grant_ids,
+        grant_ids=grant_ids,
         confirmation_id=confirmation.confirmation_id,
         consume_confirmation=confirmation.consume,
     )
-    return Execute(command=command, passed=tuple(passed))
 
 
 def _with_passed(decision: Decision, passed: list[str]) -> Decision:

@@ -1,4 +1,5 @@
-"""What a planner may say, and what the program says back (SPEC §3; seed §3.1, §6).
+"""What a planner may say (SPEC §3; seed §6). What the program says back lives in
+``observations`` and ``outcomes``.
 
 A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into an
 ``ActionProposal`` or ``FinalProposal`` or raises ``ParseError``; nothing here grants anything.
@@ -6,8 +7,7 @@ A planner output is *data*. ``parse_planner_output`` turns untrusted JSON into a
 
 from __future__ import annotations
 
-import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
 
@@ -44,7 +44,8 @@ class ActionProposal(_Strict):
         """The canonical JSON of the arguments, computed once (hash, size and token use it)."""
         # __pydantic_private__ directly: pydantic's __getattr__ for private attributes costs
         # more than the hashing it would save (measured in `make bench`).
-        private = self.__pydantic_private__
+        # Never None here: the model declares a private attribute, so pydantic sets the dict.
+        private = cast("dict[str, Any]", self.__pydantic_private__)
         text = private.get("_canonical")
         if text is None:
             text = private["_canonical"] = canonical(self.arguments)
@@ -86,75 +87,3 @@ def parse_planner_output(raw: Any) -> ActionProposal | FinalProposal:
         if size > MAX_ARGUMENTS_BYTES:
             raise ParseError("arguments are too large", code="ARGUMENTS_TOO_LARGE", size=size)
     return output
-
-
-class TrustLabel(enum.StrEnum):
-    TRUSTED_TOOL = "trusted-tool"
-    UNTRUSTED_CONTENT = "untrusted-content"
-    POLICY = "policy"
-    USER = "user"
-
-
-class ObservationKind(enum.StrEnum):
-    USER_REQUEST = "user-request"
-    TOOL_RESULT = "tool-result"
-    POLICY_REJECTION = "policy-rejection"
-    HUMAN_DECISION = "human-decision"
-
-
-class Observation(BaseModel):
-    """Something the run learnt. Ids are deterministic: user-1, tool-<step>, policy-<step>."""
-
-    model_config = ConfigDict(frozen=True)
-
-    observation_id: str
-    kind: ObservationKind
-    trust: TrustLabel
-    step: int
-    content: dict[str, Any]
-    content_hash: str
-    # Only a verified tool result may back a final answer's citation.
-    citable: bool = False
-
-
-class OutcomeStatus(enum.StrEnum):
-    SUCCEEDED = "succeeded"
-    REJECTED = "rejected"
-    FAILED = "failed"
-    UNKNOWN = "unknown"
-
-
-class ToolOutcome(BaseModel):
-    """succeeded | rejected | failed(retryable) | unknown (seed §3.1)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    status: OutcomeStatus
-    value: dict[str, Any] | None = None
-    code: str | None = None
-    message: str = ""
-    retryable: bool = False
-
-    @classmethod
-    def succeeded(cls, value: dict[str, Any]) -> ToolOutcome:
-        return cls(status=OutcomeStatus.SUCCEEDED, value=value)
-
-    @classmethod
-    def rejected(cls, code: str, message: str = "") -> ToolOutcome:
-        return cls(status=OutcomeStatus.REJECTED, code=code, message=message)
-
-    @classmethod
-    def failed(cls, code: str, message: str = "", *, retryable: bool) -> ToolOutcome:
-        return cls(status=OutcomeStatus.FAILED, code=code, message=message, retryable=retryable)
-
-    @classmethod
-    def unknown(cls, code: str, message: str = "") -> ToolOutcome:
-        return cls(status=OutcomeStatus.UNKNOWN, code=code, message=message)
-
-
-class Verification(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    ok: bool
-    code: str | None = None
-    details: dict[str, Any] = {}

@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from typing import Any
 
 from policy.domain.redaction import redact_secrets
+from runs.domain.machine import StopReason
 from runs.domain.state import RunState
+
+
+class HandoffStatus(enum.StrEnum):
+    """A handoff's life: opened by the run, claimed by one reviewer, resolved by them."""
+
+    OPEN = "open"
+    CLAIMED = "claimed"
+    RESOLVED = "resolved"
+
 
 # What a reviewer may do, by reason. Every action is a command into the state machine.
 _SAFE_ACTIONS: dict[str, list[str]] = {
-    "TOOL_OUTCOME_UNKNOWN": [
+    StopReason.TOOL_OUTCOME_UNKNOWN: [
         "check the external system for the idempotency token",
         "mark_effect_present or mark_effect_absent after checking",
         "retry with the same idempotency token",
     ],
-    "TOOL_POSTCONDITION_FAILED": [
+    StopReason.TOOL_POSTCONDITION_FAILED: [
         "inspect the stored artifact against the recorded hash",
         "compensate (undo the write) or mark_effect_present if the stored state is right",
     ],
-    "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION": [
+    StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION: [
         "read the repeated proposal and the last observation",
         "start a new run with a clearer goal or other grants",
     ],
-    "POLLING_LIMIT_REACHED": ["check the polled resource by hand", "start a new run later"],
-    "MAX_STEPS_REACHED": ["review the partial artifacts", "start a new run with a larger budget"],
-    "DAILY_STEP_QUOTA_EXHAUSTED": [
+    StopReason.POLLING_LIMIT_REACHED: [
+        "check the polled resource by hand",
+        "start a new run later",
+    ],
+    StopReason.MAX_STEPS_REACHED: [
+        "review the partial artifacts",
+        "start a new run with a larger budget",
+    ],
+    StopReason.DAILY_STEP_QUOTA_EXHAUSTED: [
         "review the partial artifacts",
         "start a new run on the next UTC day, or raise AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT",
     ],
-    "MAX_TOOL_CALLS_REACHED": [
+    StopReason.MAX_TOOL_CALLS_REACHED: [
         "review the partial artifacts",
         "start a new run with a larger budget",
     ],
@@ -44,10 +61,10 @@ FORBIDDEN_AUTOMATIC_ACTIONS = [
 ]
 # seed §15, by reason: what no automation may do on top of the above.
 _FORBIDDEN: dict[str, list[str]] = {
-    "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION": [
+    StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION: [
         "send the same proposal or error back to the planner"
     ],
-    "POLLING_LIMIT_REACHED": ["send the same proposal or error back to the planner"],
+    StopReason.POLLING_LIMIT_REACHED: ["send the same proposal or error back to the planner"],
 }
 
 
@@ -84,4 +101,5 @@ def build_handoff_bundle(
         "recommended_safe_actions": _SAFE_ACTIONS.get(reason, _DEFAULT_SAFE),
         "forbidden_automatic_actions": FORBIDDEN_AUTOMATIC_ACTIONS + _FORBIDDEN.get(reason, []),
     }
-    return redact_secrets(bundle)
+    redacted: dict[str, Any] = redact_secrets(bundle)
+    return redacted

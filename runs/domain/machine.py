@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from policy.domain.errors import IllegalTransition
+from runs.domain.errors import IllegalTransition
 
 
 class Status(enum.StrEnum):
@@ -18,6 +18,35 @@ class Status(enum.StrEnum):
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+class StopReason(enum.StrEnum):
+    """Why a run stopped, or waits (``RunState.stop_reason``); stored as the string value.
+
+    A planner's or the store's error code may also end a run (``lifecycle.fail``): those are
+    listed here as far as the runtime raises them, but a plugin's planner may name its own.
+    """
+
+    FINAL_ANSWER_VALIDATED = "FINAL_ANSWER_VALIDATED"
+    FINAL_CITATION_VALIDATION_FAILED = "FINAL_CITATION_VALIDATION_FAILED"
+    USER_CONFIRMATION_REQUIRED = "USER_CONFIRMATION_REQUIRED"
+    CANCELLED = "CANCELLED"
+    DEADLINE_REACHED = "DEADLINE_REACHED"
+    MAX_STEPS_REACHED = "MAX_STEPS_REACHED"
+    MAX_TOOL_CALLS_REACHED = "MAX_TOOL_CALLS_REACHED"
+    DAILY_STEP_QUOTA_EXHAUSTED = "DAILY_STEP_QUOTA_EXHAUSTED"
+    REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+    POLLING_LIMIT_REACHED = "POLLING_LIMIT_REACHED"
+    UNRESOLVED_UNKNOWN_EFFECT = "UNRESOLVED_UNKNOWN_EFFECT"
+    TOOL_OUTPUT_INVALID = "TOOL_OUTPUT_INVALID"
+    TOOL_POSTCONDITION_FAILED = "TOOL_POSTCONDITION_FAILED"
+    TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
+    TOOL_FAILED = "TOOL_FAILED"
+    FAILED_BY_REVIEWER = "FAILED_BY_REVIEWER"
+    PLANNER_FAILED = "PLANNER_FAILED"
+    PLANNER_EXHAUSTED = "PLANNER_EXHAUSTED"
+    UNKNOWN_PLANNER = "UNKNOWN_PLANNER"
+    STORE_INTEGRITY_VIOLATION = "STORE_INTEGRITY_VIOLATION"
 
 
 class Event(enum.StrEnum):

@@ -1,4 +1,4 @@
-"""Ports the runner talks to (STYLE habit 2). An in-memory adapter (``memory_store``) and the ORM
+"""Ports the runner talks to (STYLE habit 2). An in-memory adapter (``inmemory_store``) and the ORM
 adapter (``runs.store``) implement them and pass one conformance suite."""
 
 from __future__ import annotations
@@ -9,22 +9,10 @@ from typing import Any, Protocol
 from memory.domain.working import WorkingItem
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation
+from policy.domain.observations import Observation
+from runs.domain.commits import Commit, Lookups
 from runs.domain.state import RunState
-from runs.domain.step import Commit, Lookups
-
-
-class IntegrityViolation(DomainError):
-    """A write broke a unique key although the compare-and-set on the run version held.
-
-    Not a lost race: every writer of a run first wins the compare-and-set, so two writers of one
-    run never both reach the inserts. A clash after it is a bug in how a key was named, and it
-    would happen again on every retry: callers report it, never retry it (issue 9 item 4).
-    """
-
-    code = "STORE_INTEGRITY_VIOLATION"
 
 
 class RunStore(Protocol):
@@ -68,7 +56,3 @@ class RunStore(Protocol):
 
 class Clock(Protocol):
     def now_ms(self) -> int: ...
-
-
-class Doorbell(Protocol):
-    def ring(self, run_id: str, sequence: int) -> None: ...

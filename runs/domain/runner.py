@@ -11,6 +11,7 @@ authoritative state and decides again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -20,13 +21,16 @@ from typing import Any, Protocol
 
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand, reissue
-from policy.domain.errors import VersionConflict
-from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
-from runs.domain import step as steps
-from runs.domain.machine import Status
+from runs.domain import lifecycle
+from runs.domain.commits import Commit
+from runs.domain.decide import decide
+from runs.domain.errors import IntegrityViolation, VersionConflict
+from runs.domain.machine import Status, StopReason
 from runs.domain.planning import Planner, PlannerContext, PlannerError
-from runs.domain.ports import Clock, IntegrityViolation, RunStore
+from runs.domain.ports import Clock, RunStore
+from runs.domain.settle import settle
 from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)
@@ -178,20 +182,20 @@ class Runner:
         if state.status is not Status.RUNNING:
             raise exc
         log.error("run %s: %s (%s)", state.run_id, exc.code, exc.extra.get("constraint", ""))
-        commit = steps.fail(state, exc.code)
+        commit = lifecycle.fail(state, exc.code)
         commit.handoff_reason = exc.code
         return self.store.apply(commit)
 
-    def _next_commit(self, state: RunState, planner: Callable[[], Planner]) -> steps.Commit | None:
+    def _next_commit(self, state: RunState, planner: Callable[[], Planner]) -> Commit | None:
         if state.status is Status.CREATED:
-            return steps.start(state)
+            return lifecycle.start(state)
         if state.status is Status.CANCELLING:
-            return None if self.store.active_tool(state.run_id) else steps.finish_cancel(state)
+            return None if self.store.active_tool(state.run_id) else lifecycle.finish_cancel(state)
         if state.status is not Status.RUNNING:
             return None
         now = self.clock.now_ms()
         resuming = state.pending_proposal is not None
-        pre = steps.precheck(state, now_ms=now, resuming=resuming)
+        pre = lifecycle.precheck(state, now_ms=now, resuming=resuming)
         if pre is not None:
             return pre
         raw = None
@@ -199,7 +203,7 @@ class Runner:
         summary = None
         if not resuming:
             if not self._pay_step(state, now):
-                return steps.quota_exhausted(state, "DAILY_STEP_QUOTA_EXHAUSTED")
+                return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
             context = self.context(state)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {
@@ -210,9 +214,9 @@ class Runner:
                 raw = planner().next(state, context)
             except PlannerError as exc:
                 self._refund_step(state, now)  # no step is spent
-                return steps.fail(state, exc.code)
+                return lifecycle.fail(state, exc.code)
             source = planner().source
-        return steps.decide(
+        return decide(
             state,
             raw,
             source=source,
@@ -285,8 +289,12 @@ class Runner:
                 attempt += 1
                 self._apply_fresh(
                     state.run_id,
-                    lambda cur, c=command, n=attempt, d=delay, code=outcome.code: steps.retrying(
-                        cur, c, attempt=n, code=code, delay_ms=d
+                    functools.partial(
+                        lifecycle.retrying,
+                        command=command,
+                        attempt=attempt,
+                        code=outcome.code,
+                        delay_ms=delay,
                     ),
                 )
                 if cancel.wait(delay / 1000):
@@ -312,13 +320,13 @@ class Runner:
             cancel.cancel("CANCEL_REQUESTED")
         with self.watch(state.run_id, cancel):
             how, execution = self.executor.recover(command, contract, state, cancel)
-        self._apply_fresh(state.run_id, lambda cur: steps.recovered(cur, command, how=how))
+        self._apply_fresh(state.run_id, lambda cur: lifecycle.recovered(cur, command, how=how))
         self._settle(state.run_id, command, contract, execution)
 
     def _apply_fresh(
         self,
         run_id: str,
-        build: Callable[[RunState], steps.Commit],
+        build: Callable[[RunState], Commit],
         first: RunState | None = None,
     ) -> RunState:
         state = first
@@ -335,10 +343,10 @@ class Runner:
         current = self.store.load(run_id)
         if current.status is Status.RUNNING and self.clock.now_ms() >= current.deadline_ms:
             # The run's deadline came while the tool ran: cancelling, then the effect decides.
-            current = self._apply_fresh(run_id, steps.deadline_during_tool)
+            current = self._apply_fresh(run_id, lifecycle.deadline_during_tool)
 
-        def build(cur: RunState) -> steps.Commit:
-            return steps.settle(
+        def build(cur: RunState) -> Commit:
+            return settle(
                 cur,
                 command,
                 execution.outcome,

@@ -24,7 +24,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import ToolOutcome, Verification
+from policy.domain.outcomes import ToolOutcome, Verification
 from runs.models import Artifact
 
 ROOT = "run-output"

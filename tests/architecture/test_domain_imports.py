@@ -125,12 +125,12 @@ def test_domain_core_imports_no_framework_and_respects_layering() -> None:
     [
         ("import django.db", "policy.domain.gate", ["django.db"]),
         ("from rest_framework import fields", "policy.domain.gate", ["rest_framework.fields"]),
-        ("from ..models import Run", "runs.domain.step", ["runs.models.Run"]),
+        ("from ..models import Run", "runs.domain.decide", ["runs.models.Run"]),
         ("from .. import services", "memory.domain.working", ["memory.services"]),
-        ("import importlib\nimportlib.import_module('celery')", "runs.domain.step", ["celery"]),
-        ("from runs import domain", "runs.domain.step", []),
-        ("from . import machine", "runs.domain.step", []),
-        ("from policy.domain.canonical import canonical", "runs.domain.step", []),
+        ("import importlib\nimportlib.import_module('celery')", "runs.domain.decide", ["celery"]),
+        ("from runs import domain", "runs.domain.decide", []),
+        ("from . import machine", "runs.domain.decide", []),
+        ("from policy.domain.canonical import canonical", "runs.domain.decide", []),
         ("import hashlib, jsonschema, pydantic", "policy.domain.schemas", []),
     ],
 )

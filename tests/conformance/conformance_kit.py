@@ -24,12 +24,16 @@ from policy.domain.contracts import (
 )
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import ToolOutcome, TrustLabel
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
-from runs.domain import step as steps
-from runs.domain.memory_store import MemoryStore
+from runs.domain import lifecycle
+from runs.domain.commits import Commit
+from runs.domain.decide import decide
+from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner, PlannerContext
 from runs.domain.ports import RunStore
+from runs.domain.settle import settle
 from runs.domain.state import RunState
 
 NOW_MS = 1_700_000_000_000
@@ -133,7 +137,7 @@ class MemoryAdapter:
     name = "memory"
 
     def __init__(self) -> None:
-        self.store = MemoryStore()
+        self.store = InMemoryRunStore()
 
     def events(self, run_id: str) -> list[tuple[int, str]]:
         return [(e["sequence"], e["event"]) for e in self.store.events[run_id]]
@@ -205,7 +209,7 @@ class Driver:
     adapter: MemoryAdapter | OrmAdapter
     run_id: str
     planner: FixturePlanner
-    commits: list[steps.Commit] = field(default_factory=list)
+    commits: list[Commit] = field(default_factory=list)
 
     @property
     def store(self) -> RunStore:
@@ -214,18 +218,18 @@ class Driver:
     def load(self) -> RunState:
         return self.store.load(self.run_id)
 
-    def apply(self, commit: steps.Commit) -> RunState:
+    def apply(self, commit: Commit) -> RunState:
         applied = self.store.apply(commit)
         self.commits.append(commit)
         return applied
 
     def start(self) -> RunState:
-        return self.apply(steps.start(self.load()))
+        return self.apply(lifecycle.start(self.load()))
 
     def next_output(self, state: RunState) -> Any:
         return self.planner.next(state, PlannerContext(goal=state.goal, step=state.step))
 
-    def plan(self, state: RunState | None = None, **overrides: Any) -> steps.Commit:
+    def plan(self, state: RunState | None = None, **overrides: Any) -> Commit:
         """``decide`` on the fixture planner's next output (not applied)."""
         state = state or self.load()
         return self.propose(state, self.next_output(state), **overrides)
@@ -238,10 +242,10 @@ class Driver:
         grants: Sequence[CapabilityGrant] | None = None,
         confirmations: Sequence[Confirmation] | None = None,
         lookups: Any = None,
-    ) -> steps.Commit:
+    ) -> Commit:
         """``decide`` on ``raw``; ``grants``/``confirmations``/``lookups`` default to fresh reads
         (a test passes older ones to play a writer that read before someone else wrote)."""
-        return steps.decide(
+        return decide(
             state,
             raw,
             source="fixture",
@@ -259,7 +263,7 @@ class Driver:
         command: ExecutableCommand,
         outcome: ToolOutcome | None = None,
         state: RunState | None = None,
-    ) -> steps.Commit:
+    ) -> Commit:
         """``settle`` ``command`` (not applied); by default it succeeded with a fresh value."""
         if outcome is None:
             value = (
@@ -268,7 +272,7 @@ class Driver:
                 else {"saved": True}
             )
             outcome = ToolOutcome.succeeded(value)
-        return steps.settle(
+        return settle(
             state or self.load(),
             command,
             outcome,
@@ -280,7 +284,7 @@ class Driver:
             lookups=self.store.lookups(self.run_id),
         )
 
-    def execute_next(self) -> tuple[steps.Commit, steps.Commit]:
+    def execute_next(self) -> tuple[Commit, Commit]:
         """Plan a tool proposal, apply its intent, settle it as succeeded, apply that."""
         intent = self.plan()
         assert intent.command is not None, intent.events

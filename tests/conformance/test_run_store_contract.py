@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
-from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant, Constraint
-from policy.domain.proposals import ToolOutcome
-from runs.domain import step as steps
+from policy.domain.outcomes import ToolOutcome
+from runs.domain import lifecycle
+from runs.domain.commits import Commit
+from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status
-from runs.domain.ports import IntegrityViolation
 from tests.conformance.conformance_kit import (
     SUBJECT,
     Driver,
@@ -38,7 +39,7 @@ from tests.conformance.conformance_kit import (
 )
 
 
-def conflicts_and_writes_nothing(d: Driver, commit: steps.Commit) -> None:
+def conflicts_and_writes_nothing(d: Driver, commit: Commit) -> None:
     before = d.snapshot()
     with pytest.raises(VersionConflict):
         d.store.apply(commit)
@@ -84,7 +85,7 @@ def test_create_then_load_round_trips(adapter: Any) -> None:
 def test_apply_bumps_the_version_and_numbers_the_trace_contiguously(adapter: Any) -> None:
     d = make_run(adapter, [read("p1", "retry"), unknown("p2", "a"), final("Three.", ["tool-1"])])
     builders = [
-        lambda: steps.start(d.load()),
+        lambda: lifecycle.start(d.load()),
         lambda: d.plan(),  # read_note: ledger intent
         lambda: d.settle(d.commits[-1].command),  # its outcome: an observation
         lambda: d.plan(),  # an unknown tool: rejected, a policy observation
@@ -107,36 +108,36 @@ def test_apply_bumps_the_version_and_numbers_the_trace_contiguously(adapter: Any
     assert d.load().status is Status.COMPLETED
 
 
-def _stale_intent(d: Driver) -> tuple[steps.Commit, steps.Commit]:
+def _stale_intent(d: Driver) -> tuple[Commit, Commit]:
     running = d.load()
     return d.propose(running, read("p1", "retry")), d.propose(running, unknown("p9", "x"))
 
 
-def _stale_settle(d: Driver) -> tuple[steps.Commit, steps.Commit]:
+def _stale_settle(d: Driver) -> tuple[Commit, Commit]:
     intent = d.plan()
     d.apply(intent)
     busy = d.load()
-    cancel = steps.request_cancel(busy, by="operator", reason="stop", active_tool=True)
+    cancel = lifecycle.request_cancel(busy, by="operator", reason="stop", active_tool=True)
     return d.settle(intent.command, state=busy), cancel
 
 
-def _stale_confirmation_request(d: Driver) -> tuple[steps.Commit, steps.Commit]:
+def _stale_confirmation_request(d: Driver) -> tuple[Commit, Commit]:
     running = d.load()
     return d.propose(running, write("p1", "hello")), d.propose(running, unknown("p9", "x"))
 
 
-def _stale_confirmation_decision(d: Driver) -> tuple[steps.Commit, steps.Commit]:
+def _stale_confirmation_decision(d: Driver) -> tuple[Commit, Commit]:
     d.apply(d.propose(d.load(), write("p1", "hello")))
     waiting = d.load()
     assert waiting.status is Status.WAITING_CONFIRMATION
-    approve = steps.decide_confirmation(
+    approve = lifecycle.decide_confirmation(
         waiting, confirmation_id=waiting.pending_confirmation_id, approved=True, by="reviewer"
     )
-    cancel = steps.request_cancel(waiting, by="operator", reason="stop", active_tool=False)
+    cancel = lifecycle.request_cancel(waiting, by="operator", reason="stop", active_tool=False)
     return approve, cancel
 
 
-def _stale_consume(d: Driver) -> tuple[steps.Commit, steps.Commit]:
+def _stale_consume(d: Driver) -> tuple[Commit, Commit]:
     running = d.load()
     return d.propose(running, write("p1", "approved")), d.propose(running, unknown("p9", "x"))
 
@@ -231,7 +232,7 @@ def test_a_decision_on_a_confirmation_that_is_not_pending_conflicts(
     assert waiting.status is Status.WAITING_CONFIRMATION
     target = f"{d.run_id}:approved1" if which == "approved" else f"{d.run_id}:nope"
 
-    decision = steps.decide_confirmation(
+    decision = lifecycle.decide_confirmation(
         waiting, confirmation_id=target, approved=False, by="reviewer"
     )
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.domain.errors import IllegalTransition
+from runs.domain.errors import IllegalTransition
 from runs.domain.machine import TERMINAL, TRANSITIONS, Event, Status, allowed_events, transition
 
 ALL_PAIRS = list(itertools.product(Status, Event))

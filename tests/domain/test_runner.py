@@ -1,4 +1,4 @@
-"""Whole runs: Runner + MemoryStore + ThreadExecutor + FixturePlanner, with real small tools."""
+"""Whole runs: Runner + InMemoryRunStore + ThreadExecutor + FixturePlanner, real small tools."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.contracts import ConfirmationMode
-from policy.domain.proposals import TrustLabel
+from policy.domain.observations import TrustLabel
 from runs import executor as executor_module
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.machine import Status
 from runs.domain.trace import MAX_DETAIL_STRING, TraceDraft
 from tests.domain.toolkit import (
@@ -41,7 +41,7 @@ def short_grace(monkeypatch):
 
 
 def approve(h, confirmation_id: str, approved: bool = True):
-    commit = steps.decide_confirmation(
+    commit = lifecycle.decide_confirmation(
         h.state(), confirmation_id=confirmation_id, approved=approved, by="operator-olga"
     )
     return h.store.apply(commit)

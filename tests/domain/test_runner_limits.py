@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from policy.domain.errors import VersionConflict
 from runs.domain import trace as ev
+from runs.domain.errors import VersionConflict
 from runs.domain.machine import Status
 from tests.domain.toolkit import SUBJECT, final, harness, tool
 

@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from memory.domain.preferences import DEFAULT_KEYS, build_policies
 from memory.tools import contract as memory_contract
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import RegisteredTool
 from runs.tools import artifacts, search
 

@@ -26,9 +26,10 @@ from policy.domain.contracts import (
     ToolContract,
 )
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import ToolOutcome, TrustLabel
+from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
-from runs.domain.memory_store import MemoryStore
+from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner
 from runs.domain.runner import Runner
 from runs.domain.state import RunState
@@ -380,9 +381,9 @@ ALL_CAPABILITIES = (
 
 @dataclass
 class Harness:
-    """One run wired to a MemoryStore, a ThreadExecutor and a FixturePlanner."""
+    """One run wired to a InMemoryRunStore, a ThreadExecutor and a FixturePlanner."""
 
-    store: MemoryStore
+    store: InMemoryRunStore
     runner: Runner
     kit: Toolkit
     clock: FixedClock
@@ -448,7 +449,7 @@ def harness(
             kit.status_contract(),
         ]
     registry = ToolRegistry(contracts)
-    store = MemoryStore()
+    store = InMemoryRunStore()
     state = RunState(
         run_id=RUN_ID,
         subject=SUBJECT,

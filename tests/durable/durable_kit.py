@@ -17,8 +17,9 @@ from agentconsole import wiring
 from policy.domain.decisions import ExecutableCommand
 from runs import models as m
 from runs import selectors, services
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.budgets import RunBudgets
+from runs.domain.decide import decide
 from runs.domain.machine import Status
 from runs.domain.state import RunState
 
@@ -120,7 +121,7 @@ def start(run_id: str) -> RunState:
     store = wiring.store()
     state = store.load(run_id)
     assert state.status is Status.CREATED
-    return store.apply(steps.start(state))
+    return store.apply(lifecycle.start(state))
 
 
 def plan_and_record_intent(run_id: str) -> ExecutableCommand:
@@ -129,10 +130,10 @@ def plan_and_record_intent(run_id: str) -> ExecutableCommand:
     store = wiring.store()
     state = store.load(run_id)
     if state.status is Status.CREATED:
-        state = store.apply(steps.start(state))
+        state = store.apply(lifecycle.start(state))
     planner = wiring.planner_for(store.planner_config(run_id))
     raw = planner.next(state, None)  # the fixture planner reads only the cursor in the state
-    commit = steps.decide(
+    commit = decide(
         state,
         raw,
         source=planner.source,

@@ -16,7 +16,7 @@ from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.machine import Status
 from runs.handoffs import HandoffError, handoff_claim, handoff_resolve
 from tests.durable.durable_kit import Run, create, final, load, run_fixture, start, use, write
@@ -303,7 +303,7 @@ def _running_with_handoff() -> Run:
     run = create([use("p1", "durable_steady"), final("tool-1")])
     store = wiring.store()
     running = start(run.run_id)
-    commit = steps.handoff_event(running, "handoff.opened", reason="POLICY_UNCLASSIFIED")
+    commit = lifecycle.handoff_event(running, "handoff.opened", reason="POLICY_UNCLASSIFIED")
     commit.handoff_reason = "POLICY_UNCLASSIFIED"
     store.apply(commit)
     return Run(run.run_id)

@@ -9,10 +9,10 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from policy.domain.errors import LeaseLost
 from runs import models as m
 from runs import services
-from runs.domain import step as steps
+from runs.domain import lifecycle
+from runs.domain.errors import LeaseLost
 from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore
@@ -95,7 +95,7 @@ def test_a_write_after_the_lease_passed_on_raises_lease_lost_and_writes_nothing(
     state = load(run.run_id)
     before = Run(run.run_id)
     with pytest.raises(LeaseLost) as caught:
-        OrmRunStore(lease_owner="worker-x").apply(steps.start(state))
+        OrmRunStore(lease_owner="worker-x").apply(lifecycle.start(state))
     assert caught.value.code == "LEASE_LOST"
     after = Run(run.run_id)
     assert after.state == before.state
@@ -103,7 +103,9 @@ def test_a_write_after_the_lease_passed_on_raises_lease_lost_and_writes_nothing(
     assert after.observations == before.observations == []
     assert load(run.run_id).status is Status.CREATED
     # The holder's store writes the same commit.
-    assert OrmRunStore(lease_owner="worker-y").apply(steps.start(state)).status is Status.RUNNING
+    assert (
+        OrmRunStore(lease_owner="worker-y").apply(lifecycle.start(state)).status is Status.RUNNING
+    )
 
 
 def test_a_worker_that_loses_its_lease_mid_tool_stops_and_leaves_the_row_for_recovery(

@@ -8,7 +8,8 @@ import pytest
 from agentconsole import wiring
 from runs import models as m
 from runs import services
-from runs.domain import step as steps
+from runs.domain import lifecycle
+from runs.domain.commits import Commit
 from runs.domain.machine import Status
 from tests.durable.durable_kit import Run, create, final, load, use, write
 
@@ -76,8 +77,8 @@ def test_the_gate_refuses_any_new_tool_while_an_unknown_effect_is_unresolved(plu
     commit such a state through the store and check that no tool can start."""
     run = create([use("p1", "durable_steady"), final("user-1")])
     store = wiring.store()
-    running = store.apply(steps.start(load(run.run_id)))
-    commit = steps.Commit(expected_version=running.version, state=running.model_copy(deep=True))
+    running = store.apply(lifecycle.start(load(run.run_id)))
+    commit = Commit(expected_version=running.version, state=running.model_copy(deep=True))
     commit.state.unresolved_effects = 1
     commit.state.version += 1
     store.apply(commit)

@@ -15,12 +15,12 @@ from agentconsole import wiring
 from memory.models import PreferenceHistory, PreferenceRecord, WorkingMemoryItem
 from memory.services import preference_propose_edit, preferences_erase
 from policy.domain.canonical import content_hash
-from policy.domain.errors import VersionConflict
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain.budgets import RunBudgets
+from runs.domain.errors import VersionConflict
 from tests.memory.conftest import load_demo_corpus
 from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
 from tests.services.db_scan import Hit, scan
@@ -220,7 +220,7 @@ def test_a_write_in_flight_cannot_bring_an_erased_value_back(users) -> None:
     load_demo_corpus()
     waiting = _run("alice", [_save("p1", CURRENT, expected=2)])
     store = wiring.store()
-    stale = steps.request_cancel(store.load(waiting), by="t", reason="", active_tool=False)
+    stale = lifecycle.request_cancel(store.load(waiting), by="t", reason="", active_tool=False)
 
     preferences_erase(subject="alice", by=users["alice"])
 

@@ -4,7 +4,7 @@ AGENTCONSOLE_TOOLS as ``tests.plugins.broken_contracts.<factory>``."""
 from typing import Any
 
 from policy.domain.contracts import ConfirmationMode, PathResource, SideEffect, ToolContract
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 
 GOOD_INPUT: dict[str, Any] = {
     "type": "object",

@@ -22,7 +22,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 
 CAPABILITY = "durable:use"
 

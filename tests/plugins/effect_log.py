@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 
 STORE_NAME = "effect-log.jsonl"
 HANG_LIMIT_S = 30.0

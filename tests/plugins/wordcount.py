@@ -2,7 +2,7 @@
 AGENTCONSOLE_TOOLS = ["tests.plugins.wordcount"] (the README shows this same file)."""
 
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
-from policy.domain.proposals import ToolOutcome
+from policy.domain.outcomes import ToolOutcome
 
 
 def execute(arguments, ctx):

@@ -14,9 +14,9 @@ from rest_framework.authtoken.models import Token
 
 from agentconsole import wiring
 from agentconsole.asgi import application
-from policy.domain.errors import VersionConflict
 from runs import consumers
-from runs.domain import step as steps
+from runs.domain import lifecycle
+from runs.domain.errors import VersionConflict
 from runs.models import TraceEvent
 from runs.scenarios import parse_scenario, run_scenario
 
@@ -36,7 +36,9 @@ def _append(run_id: str, n: int, who: str = "test") -> None:
     for i in range(n):
         for _ in range(100):
             try:
-                commit = steps.handoff_event(store.load(run_id), "handoff.claimed", by=f"{who}-{i}")
+                commit = lifecycle.handoff_event(
+                    store.load(run_id), "handoff.claimed", by=f"{who}-{i}"
+                )
                 store.apply(commit)
                 break
             except VersionConflict:  # a concurrent writer won this version: read again

@@ -19,9 +19,9 @@ from policy.models import Confirmation
 from policy.models import Confirmation as ConfirmationRow
 from runs import services
 from runs.domain.budgets import RunBudgets
+from runs.domain.errors import IntegrityViolation
 from runs.domain.ids import MINTED_MARK, minted_confirmation_id
 from runs.domain.machine import Status
-from runs.domain.ports import IntegrityViolation
 from runs.models import Handoff, Run
 from runs.scenarios import ScenarioError, parse_scenario
 from runs.store import OrmRunStore

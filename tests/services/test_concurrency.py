@@ -15,13 +15,15 @@ import pytest
 from django.db import connections
 
 from agentconsole import wiring
-from policy.domain.errors import DomainError, VersionConflict
+from policy.domain.errors import DomainError
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 from runs import models as m
 from runs import services
-from runs.domain import step as steps
+from runs.domain import lifecycle
 from runs.domain import trace as ev
+from runs.domain.decide import decide
+from runs.domain.errors import VersionConflict
 from runs.domain.machine import Status
 from tests.services.services_kit import (
     MEMORY_GRANT,
@@ -62,12 +64,12 @@ def race(work: Callable[[int], Any]) -> list[Any]:
 def test_twenty_commits_from_one_loaded_state_exactly_one_applies(postgres_only: None) -> None:
     run_id = create_run([search("p1", "retry exhausted")]).run_id
     store = wiring.store()
-    store.apply(steps.start(store.load(run_id)))
+    store.apply(lifecycle.start(store.load(run_id)))
     loaded = store.load(run_id)
     before = trace(run_id)
     # Twenty writers that all read the same state decide the same step.
     commits = [
-        steps.decide(
+        decide(
             loaded,
             search("p1", "retry exhausted"),
             source="fixture",

@@ -12,16 +12,17 @@ from typing import Any
 from memory.domain.working import WorkingItem, admit
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
-from policy.domain.errors import NotFound, VersionConflict
+from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
-from policy.domain.proposals import Observation
-from runs.domain.ports import IntegrityViolation
+from policy.domain.observations import Observation
+from runs.domain.commits import Commit
+from runs.domain.errors import IntegrityViolation, VersionConflict
+from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
-from runs.domain.step import Commit
 
 
 class _Lookups:
-    def __init__(self, store: MemoryStore, run_id: str) -> None:
+    def __init__(self, store: InMemoryRunStore, run_id: str) -> None:
         self.store, self.run_id = store, run_id
 
     def seen_content(self, content_hash: str) -> bool:
@@ -39,7 +40,7 @@ class _Lookups:
         return idempotency_token in self.store.ledger
 
 
-class MemoryStore:
+class InMemoryRunStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.runs: dict[str, RunState] = {}
@@ -99,59 +100,13 @@ class MemoryStore:
             for obs in commit.observations:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)
-            if commit.ledger_intent is not None:
-                c = commit.ledger_intent
-                self._commands[c.idempotency_token] = c
-                self.ledger[c.idempotency_token] = {
-                    "run_id": run_id,
-                    "idempotency_token": c.idempotency_token,
-                    "proposal_id": c.proposal_id,
-                    "tool_name": c.tool_name,
-                    "tool_version": c.tool_version,
-                    "arguments_hash": c.arguments_hash,
-                    "status": "started",
-                    "outcome": None,
-                    "verification": None,
-                    "attempt": 1,
-                }
-            if commit.ledger_attempt is not None:
-                self.ledger[commit.ledger_attempt[0]]["attempt"] = commit.ledger_attempt[1]
-            if commit.ledger_settle is not None:
-                settle = commit.ledger_settle
-                self.ledger[settle.idempotency_token].update(
-                    status=settle.status, outcome=settle.outcome, verification=settle.verification
-                )
-            confirmations = self._confirmations[run_id]
-            if commit.confirmation_request is not None:
-                r = commit.confirmation_request
-                confirmations[r.confirmation_id] = Confirmation(
-                    confirmation_id=r.confirmation_id,
-                    run_id=run_id,
-                    proposal_hash=r.proposal_hash,
-                    status=ConfirmationStatus.PENDING,
-                    expires_at_step=r.expires_at_step,
-                    tool_name=r.tool_name,
-                )
-            if commit.confirmation_decision is not None:
-                cid, approved = commit.confirmation_decision
-                status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
-                confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
-            if commit.consume_confirmation is not None:
-                cid = commit.consume_confirmation
-                confirmations[cid] = confirmations[cid].model_copy(
-                    update={"status": ConfirmationStatus.CONSUMED}
-                )
+            self._write_ledger(commit)
+            self._write_confirmations(commit)
             for grant_id in commit.grant_uses:
                 g = self._grants[run_id][grant_id]
                 self._grants[run_id][grant_id] = g.model_copy(
                     update={"calls_used": g.calls_used + 1}
                 )
-            if commit.expire_pending_confirmations:
-                for cid, c in list(confirmations.items()):
-                    if c.status is ConfirmationStatus.PENDING:
-                        confirmations[cid] = c.model_copy(
-                            update={"status": ConfirmationStatus.EXPIRED}
-                        )
             if commit.handoff_reason is not None:
                 self.handoffs[run_id].append(commit.handoff_reason)
             if commit.working_items:
@@ -160,6 +115,57 @@ class MemoryStore:
                 )
             self.runs[run_id] = state
             return state.model_copy(deep=True)
+
+    def _write_ledger(self, commit: Commit) -> None:
+        if commit.ledger_intent is not None:
+            c = commit.ledger_intent
+            self._commands[c.idempotency_token] = c
+            self.ledger[c.idempotency_token] = {
+                "run_id": commit.state.run_id,
+                "idempotency_token": c.idempotency_token,
+                "proposal_id": c.proposal_id,
+                "tool_name": c.tool_name,
+                "tool_version": c.tool_version,
+                "arguments_hash": c.arguments_hash,
+                "status": LedgerStatus.STARTED,
+                "outcome": None,
+                "verification": None,
+                "attempt": 1,
+            }
+        if commit.ledger_attempt is not None:
+            self.ledger[commit.ledger_attempt[0]]["attempt"] = commit.ledger_attempt[1]
+        if commit.ledger_settle is not None:
+            settle = commit.ledger_settle
+            self.ledger[settle.idempotency_token].update(
+                status=settle.status, outcome=settle.outcome, verification=settle.verification
+            )
+
+    def _write_confirmations(self, commit: Commit) -> None:
+        run_id = commit.state.run_id
+        confirmations = self._confirmations[run_id]
+        if commit.confirmation_request is not None:
+            r = commit.confirmation_request
+            confirmations[r.confirmation_id] = Confirmation(
+                confirmation_id=r.confirmation_id,
+                run_id=run_id,
+                proposal_hash=r.proposal_hash,
+                status=ConfirmationStatus.PENDING,
+                expires_at_step=r.expires_at_step,
+                tool_name=r.tool_name,
+            )
+        if commit.confirmation_decision is not None:
+            cid, approved = commit.confirmation_decision
+            status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+            confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
+        if commit.consume_confirmation is not None:
+            cid = commit.consume_confirmation
+            confirmations[cid] = confirmations[cid].model_copy(
+                update={"status": ConfirmationStatus.CONSUMED}
+            )
+        if commit.expire_pending_confirmations:
+            for cid, c in list(confirmations.items()):
+                if c.status is ConfirmationStatus.PENDING:
+                    confirmations[cid] = c.model_copy(update={"status": ConfirmationStatus.EXPIRED})
 
     def _check(self, commit: Commit) -> None:
         run_id = commit.state.run_id
@@ -171,11 +177,15 @@ class MemoryStore:
         if commit.ledger_attempt is not None:
             token, attempt = commit.ledger_attempt
             row = self.ledger.get(token)
-            if row is None or row["status"] != "started" or row["attempt"] != attempt - 1:
+            if (
+                row is None
+                or row["status"] != LedgerStatus.STARTED
+                or row["attempt"] != attempt - 1
+            ):
                 raise VersionConflict("ledger attempt moved concurrently", run_id=run_id)
         if commit.ledger_settle is not None:
             row = self.ledger.get(commit.ledger_settle.idempotency_token)
-            if row is None or row["status"] not in ("started", "unknown"):
+            if row is None or row["status"] not in (LedgerStatus.STARTED, LedgerStatus.UNKNOWN):
                 raise VersionConflict("ledger row already settled", run_id=run_id)
         confirmations = self._confirmations[run_id]
         if commit.confirmation_request is not None:
@@ -216,7 +226,8 @@ class MemoryStore:
     def active_tool(self, run_id: str) -> bool:
         with self._lock:
             return any(
-                r["run_id"] == run_id and r["status"] == "started" for r in self.ledger.values()
+                r["run_id"] == run_id and r["status"] == LedgerStatus.STARTED
+                for r in self.ledger.values()
             )
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
@@ -229,7 +240,7 @@ class MemoryStore:
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         with self._lock:
             for token, row in self.ledger.items():
-                if row["run_id"] == run_id and row["status"] == "started":
+                if row["run_id"] == run_id and row["status"] == LedgerStatus.STARTED:
                     return self._commands[token], row["attempt"]
             return None
 

@@ -1,0 +1,354 @@
+"""A planner step: planner output → parse → loop guard → gate → the commit of its decision.
+
+Also the re-evaluation of a pending proposal once a person confirmed it. Pure: no I/O; the run's
+history is asked through ``Lookups``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from policy.domain import canonical as hashing
+from policy.domain.confirmations import Confirmation
+from policy.domain.contracts import CallFacts, ToolContract
+from policy.domain.decisions import ExecutableCommand, Execute, NeedsConfirmation, Reject, Stop
+from policy.domain.errors import CanonicalError, ParseError
+from policy.domain.gate import RunView, evaluate, loop_fingerprint
+from policy.domain.grants import CapabilityGrant
+from policy.domain.observations import TrustLabel
+from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
+from policy.domain.redaction import redact_secrets
+from policy.domain.registry import ToolRegistry
+from runs.domain import trace as ev
+from runs.domain.commits import Builder, Commit, ConfirmationRequest, Lookups, proposal_id_of
+from runs.domain.final import final_violation
+from runs.domain.ids import minted_confirmation_id
+from runs.domain.loop_guard import observe as loop_observe
+from runs.domain.machine import Event, StopReason
+from runs.domain.state import RunState
+
+CONFIRMATION_TTL_STEPS = 3
+
+
+def _fingerprint_raw(raw: Any) -> str:
+    try:
+        return hashing.content_hash({"unparsed": raw})
+    except CanonicalError:
+        return hashing.sha256_hex(repr(raw))
+
+
+def decide(
+    state: RunState,
+    raw_output: Any,
+    *,
+    source: str,
+    grants: Iterable[CapabilityGrant],
+    confirmations: Iterable[Confirmation],
+    registry: ToolRegistry,
+    lookups: Lookups,
+    now_ms: int,
+    confirmation_id: str | None = None,
+    context_summary: dict[str, Any] | None = None,
+) -> Commit:
+    """One planner step, or the re-evaluation of a pending proposal after a confirmation.
+
+    1. A new planner output costs a step (final answers and rejected proposals included); the
+       re-evaluation of ``pending_proposal`` does not.
+    2. Parse; a final answer is validated against citable observations and ends the run.
+    3. A tool proposal passes the loop guard, then the gate; its decision becomes the commit.
+    """
+    b = Builder(state, lookups)
+    resuming = raw_output is None
+    if resuming:
+        raw_output = state.pending_proposal
+        b.s.pending_proposal = None
+    else:
+        # Planner output is redacted before it is parsed, hashed or stored: a secret in an
+        # argument reaches the tool as its tag. A tool that needs a secret gets it from
+        # settings.AGENTCONSOLE_TOOL_SECRETS through its context, never from the planner.
+        raw_output = redact_secrets(raw_output)
+        b.s.step += 1
+        b.s.planner_cursor += 1
+        kind = raw_output.get("kind") if isinstance(raw_output, dict) else None
+        kind = kind if kind in ("tool", "final") else "invalid"  # untrusted: never echoed
+        b.emit(
+            ev.PLANNER_OUTPUT,
+            proposal_id_of(raw_output),
+            kind=kind,
+            step=b.s.step,
+            source=source,
+            **(context_summary or {}),
+        )
+
+    try:
+        output = parse_planner_output(raw_output)
+    except ParseError as exc:
+        fingerprint = _fingerprint_raw(raw_output)
+        if _loop_stop(b, fingerprint, None, None):
+            return b.done()
+        b.reject(proposal_id_of(raw_output), "parse", exc.code)
+        b.absorb(fingerprint)
+        return b.done()
+
+    if isinstance(output, FinalProposal):
+        return _final(b, output, lookups)
+    return _tool(
+        b, output, grants, confirmations, registry, lookups, now_ms, resuming, confirmation_id
+    )
+
+
+def _final(b: Builder, final: FinalProposal, lookups: Lookups) -> Commit:
+    citable = lookups.citable(final.citation_observation_ids)
+    code = final_violation(final, citable)
+    if code is not None:
+        b.emit(
+            ev.FINAL_REJECTED,
+            final.proposal_id,
+            code=code,
+            citations=final.citation_observation_ids,
+        )
+        b.stop(Event.FAIL, code, final.proposal_id)
+        return b.done()
+    b.emit(ev.FINAL_VALIDATED, final.proposal_id, citations=final.citation_observation_ids)
+    b.s.answer = final.answer
+    b.s.citations = list(final.citation_observation_ids)
+    b.stop(Event.FINAL_VALIDATED, StopReason.FINAL_ANSWER_VALIDATED, final.proposal_id)
+    return b.done()
+
+
+def _loop_stop(
+    b: Builder,
+    fingerprint: str,
+    proposal_id: str | None,
+    max_polls: int | None,
+    proposal: dict[str, Any] | None = None,
+) -> bool:
+    guard, verdict = loop_observe(
+        b.s.loop_guard,
+        fingerprint,
+        knowledge_version=b.s.knowledge_version,
+        max_repeated=b.s.max_repeated_proposal,
+        max_polls=max_polls,
+    )
+    b.s.loop_guard = guard
+    if not (verdict.repeated or verdict.poll_limit):
+        return False
+    reason = (
+        StopReason.REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION
+        if verdict.repeated
+        else StopReason.POLLING_LIMIT_REACHED
+    )
+    b.emit(
+        ev.PROPOSAL_LOOP_DETECTED,
+        proposal_id,
+        count=verdict.count,
+        polls=verdict.polls,
+        fingerprint=fingerprint,
+        code=reason,
+    )
+    b.stop(Event.FAIL, reason, proposal_id)
+    b.commit.handoff_reason = reason
+    b.commit.handoff_proposal = proposal
+    b.commit.handoff_proposal_hash = fingerprint
+    return True
+
+
+def _tool(
+    b: Builder,
+    proposal: ActionProposal,
+    grants: Iterable[CapabilityGrant],
+    confirmations: Iterable[Confirmation],
+    registry: ToolRegistry,
+    lookups: Lookups,
+    now_ms: int,
+    resuming: bool,
+    confirmation_id: str | None,
+) -> Commit:
+    """A tool proposal: the loop guard (new proposals only), then the gate; the gate's decision
+    becomes the commit."""
+    pid = proposal.proposal_id
+    registered = registry.get(proposal.tool_name, proposal.tool_version)
+    contract = registered.contract if registered else None
+    # Counted on the arguments the tool would get: a respelled path is the same proposal.
+    facts = CallFacts(run_id=b.s.run_id, subject=b.s.subject, step=b.s.step)
+    fingerprint = loop_fingerprint(proposal, registry=registry, facts=facts)
+    if not resuming:
+        max_polls = contract.polling.max_polls if contract and contract.polling else None
+        if _loop_stop(b, fingerprint, pid, max_polls, proposal.model_dump(mode="json")):
+            return b.done()
+
+    p_hash = proposal.hash()
+    untrusted = _received(b, proposal, p_hash, contract, lookups)
+    decision = evaluate(
+        proposal,
+        run=_run_view(b.s),
+        grants=grants,
+        confirmations=confirmations,
+        registry=registry,
+        now_ms=now_ms,
+    )
+    _layer_events(b, pid, decision)
+    summary = {
+        "tool": proposal.tool_name[:64],
+        "version": proposal.tool_version,
+        "proposal_hash": p_hash,
+    }
+
+    if isinstance(decision, Reject):
+        b.reject(pid, decision.layer, decision.code, **summary)
+        b.absorb(fingerprint)
+    elif isinstance(decision, Stop):
+        b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
+        b.stop(Event.FAIL, decision.reason, pid)
+        if decision.reason != StopReason.DEADLINE_REACHED:
+            b.commit.handoff_reason = decision.reason
+    elif isinstance(decision, NeedsConfirmation):
+        _wait_for_confirmation(b, proposal, decision, confirmation_id, cites_untrusted=untrusted)
+    elif isinstance(decision, Execute):
+        _execute(b, pid, decision.command, lookups, fingerprint, summary)
+    else:
+        raise TypeError(f"unexpected gate decision {decision!r}")
+    return b.done()
+
+
+def _run_view(s: RunState) -> RunView:
+    return RunView(
+        run_id=s.run_id,
+        subject=s.subject,
+        status=s.status.value,
+        step=s.step,
+        tool_calls=s.tool_calls,
+        max_tool_calls=s.max_tool_calls,
+        deadline_ms=s.deadline_ms,
+        unresolved_effects=s.unresolved_effects,
+    )
+
+
+def _received(
+    b: Builder,
+    proposal: ActionProposal,
+    p_hash: str,
+    contract: ToolContract | None,
+    lookups: Lookups,
+) -> bool:
+    """Record the proposal as received; True when it cites untrusted content."""
+    trust = lookups.trust_of(proposal.source_observation_ids)
+    untrusted = sorted(i for i, t in trust.items() if t == TrustLabel.UNTRUSTED_CONTENT)
+    b.emit(
+        ev.PROPOSAL_RECEIVED,
+        proposal.proposal_id,
+        tool=proposal.tool_name[:64],
+        version=proposal.tool_version,
+        proposal_hash=p_hash,
+        arguments_bytes=len(proposal.canonical_arguments().encode("utf-8")),
+        source_observation_ids=list(proposal.source_observation_ids),
+        cites_untrusted=untrusted,
+        **_logged_arguments(contract, proposal.arguments),
+    )
+    return bool(untrusted)
+
+
+def _wait_for_confirmation(
+    b: Builder,
+    proposal: ActionProposal,
+    decision: NeedsConfirmation,
+    confirmation_id: str | None,
+    *,
+    cites_untrusted: bool,
+) -> None:
+    """Park the proposal until a person answers; ask for a confirmation unless one exists."""
+    s, pid = b.s, proposal.proposal_id
+    cid = (
+        decision.existing_confirmation_id
+        or confirmation_id
+        or minted_confirmation_id(s.run_id, s.step)
+    )
+    if decision.existing_confirmation_id is None:
+        b.commit.confirmation_request = ConfirmationRequest(
+            confirmation_id=cid,
+            proposal_hash=decision.confirmation_hash,
+            tool_name=proposal.tool_name,
+            tool_version=proposal.tool_version,
+            proposal=proposal.model_dump(mode="json"),
+            expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
+            cites_untrusted=cites_untrusted,
+        )
+    s.pending_proposal = proposal.model_dump(mode="json")
+    s.pending_confirmation_id = cid
+    b.emit(
+        ev.PROPOSAL_WAITING_CONFIRMATION,
+        pid,
+        proposal_hash=decision.confirmation_hash,
+        confirmation_id=cid,
+        code=StopReason.USER_CONFIRMATION_REQUIRED,
+    )
+    b.move(Event.NEEDS_CONFIRMATION, pid)
+    s.stop_reason = StopReason.USER_CONFIRMATION_REQUIRED
+
+
+def _execute(
+    b: Builder,
+    pid: str,
+    command: ExecutableCommand,
+    lookups: Lookups,
+    fingerprint: str,
+    summary: dict[str, Any],
+) -> None:
+    """Commit the intent of a command the gate built (intent before effect, STYLE habit 5)."""
+    s = b.s
+    if lookups.ledger_has(command.idempotency_token):
+        # Same run, proposal id and arguments as a command already issued: its token is taken.
+        # Executing again would be a second effect under the same identity; refuse instead.
+        b.reject(pid, "state", "PROPOSAL_ALREADY_EXECUTED", **summary)
+        b.absorb(fingerprint)
+        return
+    s.tool_calls += 1
+    s.stop_reason = None
+    s.pending_confirmation_id = None
+    b.commit.ledger_intent = command
+    b.commit.grant_uses = command.grant_ids
+    if command.consume_confirmation:
+        b.commit.consume_confirmation = command.confirmation_id
+    b.emit(
+        ev.TOOL_STARTED,
+        pid,
+        tool=command.tool_name,
+        version=command.tool_version,
+        idempotency_token=command.idempotency_token,
+        deadline_ms=command.deadline_ms,
+        confirmation_id=command.confirmation_id,
+        step=s.step,
+    )
+
+
+def _logged_arguments(contract: ToolContract | None, arguments: Any) -> dict[str, Any]:
+    """Only the fields the contract names as loggable, truncated; never the redacted ones."""
+    if contract is None or not isinstance(arguments, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for name in contract.logged_fields:
+        value = arguments.get(name)
+        if isinstance(value, str | int | float | bool):
+            out[f"arg_{name}"] = value[: ev.MAX_DETAIL_STRING] if isinstance(value, str) else value
+    return out
+
+
+def _layer_events(b: Builder, pid: str, decision: Any) -> None:
+    passed = decision.passed
+    layer = getattr(decision, "layer", None)
+    if "schema" in passed:
+        b.emit(ev.PROPOSAL_SCHEMA_VALIDATED, pid)
+    if "authorization" in passed:
+        grant_ids = decision.command.grant_ids if isinstance(decision, Execute) else ()
+        b.emit(ev.POLICY_CAPABILITY_CHECKED, pid, result="granted", grant_ids=list(grant_ids))
+    elif layer == "authorization":
+        b.emit(ev.POLICY_CAPABILITY_CHECKED, pid, result="denied", code=decision.code)
+    if "confirmation" in passed:
+        cid = decision.command.confirmation_id if isinstance(decision, Execute) else None
+        result = "confirmed" if cid else "not-required"
+        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result=result, confirmation_id=cid)
+    elif isinstance(decision, NeedsConfirmation):
+        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why)
+    elif layer == "confirmation":
+        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="declined", code=decision.code)
