@@ -22,6 +22,7 @@ from memory.domain.preferences import DEFAULT_KEYS, KeyPolicy, build_policies
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.registry import ToolRegistry
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
 from runs.domain.runner import Runner
 from runs.executor import ThreadExecutor
@@ -98,7 +99,7 @@ def store(lease_owner: str | None = None) -> OrmRunStore:
     return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
-def executor() -> ThreadExecutor:
+def executor(clock: Clock = SYSTEM_CLOCK) -> ThreadExecutor:
     from runs.isolation import run_isolated
 
     common: dict[str, Any] = {
@@ -107,6 +108,7 @@ def executor() -> ThreadExecutor:
         "services": {"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
         # A tool thread opens its own database connection; close it when the thread ends.
         "on_thread_exit": connections.close_all,
+        "clock": clock.now_ms,
     }
     if not getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False):
         # Production: no fault layer at all (issue 9 item 6), in this process or in the child.
@@ -116,17 +118,18 @@ def executor() -> ThreadExecutor:
     return FaultingExecutor(**common, isolated_call=functools.partial(run_isolated, faults=True))
 
 
-def runner(lease_owner: str | None = None) -> Runner:
+def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runner:
     from memory.selectors import preferences_for_planner
     from runs.leases import watch_tool
     from runs.limits import step_quota
 
     return Runner(
         store=store(lease_owner),
-        watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner),
+        watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner, clock=clock),
         registry=registry(),
-        executor=executor(),
+        executor=executor(clock),
         planner_for=planner_for,
+        clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),
     )

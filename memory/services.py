@@ -20,6 +20,7 @@ from memory.domain.preferences import KeyPolicy, check_preference
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
 from policy.domain.canonical import content_hash
 from policy.domain.errors import DomainError, NotFound
+from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 
 CHANGE_TTL = timedelta(minutes=15)
 
@@ -163,7 +164,13 @@ def _conflict(record: PreferenceRecord, proposed: str) -> WriteResult:
 
 
 def preference_propose_edit(
-    *, subject: str, key: str, value: str, expected_version: int | None, by: Any
+    *,
+    subject: str,
+    key: str,
+    value: str,
+    expected_version: int | None,
+    by: Any,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> PreferenceChange:
     """Step 1 of a user's own edit: validate, then create a pending change bound to the hash
     of exactly (subject, key, value, expected_version). Nothing is written yet."""
@@ -181,11 +188,13 @@ def preference_propose_edit(
         expected_version=expected_version,
         proposal_hash=proposal_hash,
         requested_by=by,
-        expires_at=timezone.now() + CHANGE_TTL,
+        expires_at=as_datetime(clock.now_ms()) + CHANGE_TTL,
     )
 
 
-def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteResult:
+def preference_apply_edit(
+    *, change_id: int, shown_hash: str, by: Any, clock: Clock = SYSTEM_CLOCK
+) -> WriteResult:
     """Step 2: the owner confirms the change they were shown (by its hash); apply with CAS.
 
     A stale version is recorded as a conflict with the current and the proposed value.
@@ -204,7 +213,7 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
         )
         mismatch.http_status = 409  # as for run confirmations
         raise mismatch
-    if change.expires_at <= timezone.now():
+    if change.expires_at <= as_datetime(clock.now_ms()):
         PreferenceChange.objects.filter(pk=change.pk, status="pending").update(status="expired")
         raise MemoryError("the confirmation expired", code="CONFIRMATION_EXPIRED")
     # All conditions hold at the moment of writing, not only at proposal time: the whitelist

@@ -8,7 +8,6 @@ table like any other command.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.db import transaction
@@ -24,6 +23,7 @@ from policy.domain.redaction import redact_secrets
 from runs import models as m
 from runs.domain import step as steps
 from runs.domain import trace as ev
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.machine import TERMINAL
 from runs.doorbell import ring_console
 from runs.store import command_from_row
@@ -70,7 +70,9 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
     raise HandoffError("run too busy", code="RUN_BUSY")
 
 
-def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.Handoff:
+def handoff_resolve(
+    *, handoff_id: int, by: Any, action: str, reason: str, clock: Clock = SYSTEM_CLOCK
+) -> m.Handoff:
     """Resolve a claimed handoff with one command; the effect check comes from the reviewer
     (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it."""
     if action not in ACTIONS:
@@ -97,7 +99,9 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
     if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
         if row is None:
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
-        new_status, outcome = _effect_action(action, row, store, by=actor_name(by), reason=reason)
+        new_status, outcome = _effect_action(
+            action, row, store, by=actor_name(by), reason=reason, clock=clock
+        )
         result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
     with transaction.atomic():
         if new_status is not None:
@@ -137,7 +141,7 @@ def handoff_resolve(*, handoff_id: int, by: Any, action: str, reason: str) -> m.
 
 
 def _effect_action(
-    action: str, row: m.LedgerEntry, store: Any, *, by: str, reason: str
+    action: str, row: m.LedgerEntry, store: Any, *, by: str, reason: str, clock: Clock
 ) -> tuple[str, dict[str, Any]]:
     if action == "mark_effect_present":
         return "reconciled", {"effect": "present"}
@@ -148,13 +152,14 @@ def _effect_action(
         raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
     contract = registered.contract
     state = store.load(row.run_id)
+    now_ms = clock.now_ms()
     command = reissue(
         command_from_row(row),
-        run_deadline_ms=max(state.deadline_ms, int(time.time() * 1000) + contract.timeout_ms),
-        now_ms=int(time.time() * 1000),
+        run_deadline_ms=max(state.deadline_ms, now_ms + contract.timeout_ms),
+        now_ms=now_ms,
         timeout_ms=contract.timeout_ms,
     )
-    executor = wiring.executor()
+    executor = wiring.executor(clock)
     if action == "retry_same_token":
         # Same command, same idempotency token: an idempotent tool cannot double the effect.
         execution = executor.run(command, contract, state, CancelSignal())

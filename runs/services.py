@@ -6,7 +6,6 @@ Celery tasks, management commands) call these and nothing below them.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from policy.domain.redaction import redact_secrets
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
@@ -63,6 +63,7 @@ def run_create(
     faults: dict[str, Any] | None = None,
     queue: str | None = None,
     limits: RunLimits | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -79,7 +80,7 @@ def run_create(
 
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     # The subject's limits (runs.limits; from settings unless given) are checked here, so the
     # API, the scenario runner and the commands share them.
     limits = RunLimits.from_settings() if limits is None else limits
@@ -181,6 +182,7 @@ def run_advance(
     slice_steps: int = 0,
     queue: str | None = None,
     handed_back: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
     holds it (that worker advances it; this one leaves it alone).
@@ -200,7 +202,7 @@ def run_advance(
     from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 
     owner = new_owner()
-    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back):
+    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back, clock=clock):
         from runs.models import Run
 
         if not Run.objects.filter(pk=run_id).exists():
@@ -208,9 +210,9 @@ def run_advance(
         return None
     next_message = None
     try:
-        state = wiring.runner(owner).advance(run_id, slice_steps=slice_steps)
+        state = wiring.runner(owner, clock=clock).advance(run_id, slice_steps=slice_steps)
         if slice_steps and state.status is Status.RUNNING:
-            next_message = lease_hand_back(run_id=run_id, owner=owner)
+            next_message = lease_hand_back(run_id=run_id, owner=owner, clock=clock)
     except LeaseLost:
         return None
     finally:

@@ -12,17 +12,16 @@ Every step is a compare-and-set; a run that moved meanwhile is simply left for t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
 from agentconsole import wiring
 from policy.domain.errors import DomainError
 from runs import models as m
 from runs.domain import step as steps
+from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.machine import Status
 
 STALE_AFTER = timedelta(seconds=30)
@@ -36,13 +35,19 @@ class SweepReport:
 
 
 def sweep(
-    *, now_ms: int | None = None, enqueue: bool = True, queue: str | None = None
+    *,
+    now_ms: int | None = None,
+    enqueue: bool = True,
+    queue: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> SweepReport:
-    """One sweep. ``enqueue=False`` advances stranded runs in this process instead."""
+    """One sweep. ``enqueue=False`` advances stranded runs in this process instead (on
+    ``clock``, which also decides which leases have lapsed). ``now_ms`` overrides only the
+    reading the deadlines are compared with."""
     from runs import services
 
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    now = timezone.now()
+    now = as_datetime(clock.now_ms())
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     report = SweepReport()
     store = wiring.store()
 
@@ -71,5 +76,5 @@ def sweep(
         if enqueue:
             services.enqueue_advance(run_id, queue=queue)
         else:
-            services.run_advance(run_id=run_id)
+            services.run_advance(run_id=run_id, clock=clock)
     return report

@@ -66,9 +66,5 @@ class RunStore(Protocol):
         ...
 
 
-class Clock(Protocol):
-    def now_ms(self) -> int: ...
-
-
 class Doorbell(Protocol):
     def ring(self, run_id: str, sequence: int) -> None: ...

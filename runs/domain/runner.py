@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ from policy.domain.errors import VersionConflict
 from policy.domain.proposals import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import step as steps
+from runs.domain.clock import Clock, SystemClock
 from runs.domain.machine import Status
 from runs.domain.planning import Planner, PlannerContext, PlannerError
-from runs.domain.ports import Clock, IntegrityViolation, RunStore
+from runs.domain.ports import IntegrityViolation, RunStore
 from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)
@@ -82,11 +82,6 @@ class StepQuota(Protocol):
 def _plans_next(state: RunState) -> bool:
     """The run's next move is a new planner step (where a slice may end)."""
     return state.status is Status.RUNNING and state.pending_proposal is None
-
-
-class SystemClock:
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
 
 
 class Runner:
