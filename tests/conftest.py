@@ -6,6 +6,8 @@ tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
 
 import pytest
 
+from tests.support.races import require_postgres
+
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
@@ -14,3 +16,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     from django.conf import settings
 
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture
+def postgres_only() -> None:
+    """For race tests: SQLite serializes every writer, so they skip there."""
+    require_postgres()

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from runs import services
 from tests.api.api_kit import People, ensure_roles
@@ -124,13 +123,3 @@ def people() -> People:
     """The personas (see the module docstring for each one's rights)."""
     ensure_roles()
     return People()
-
-
-@pytest.fixture
-def postgres_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: SQLite serializes every writer, so 20 parallel approvals there "
-            "prove nothing (set DATABASE_URL=postgres://...; this run uses "
-            f"{connection.vendor})"
-        )

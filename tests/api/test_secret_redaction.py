@@ -22,7 +22,7 @@ from runs import services
 from runs.corpus import demo_corpus_dir, document_load
 from runs.domain.budgets import RunBudgets
 from tests.api import api_kit as kit
-from tests.services.db_scan import scan
+from tests.support.db_scan import scan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

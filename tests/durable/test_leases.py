@@ -17,6 +17,7 @@ from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore
 from tests.durable.durable_kit import Run, create, final, load, use
+from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # No tool runs in these: no other connection needs to see the rows, a rollback is enough.
@@ -150,24 +151,7 @@ def test_workers_advancing_one_run_at_once_execute_its_tool_once(plugin_tools):
     """Eight workers get the same run at once (a redelivered task, a sweep): one advances it,
     the others return None; the tool runs once, one ledger row, one completion."""
     run = create([use("p1", "durable_wait", seconds=0.3), final("tool-1")])
-    n = 8
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def work(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = services.run_advance(run_id=run.run_id)
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = race(lambda i: services.run_advance(run_id=run.run_id), 8)
     assert not any(isinstance(r, Exception) for r in results), results
     advanced = [r for r in results if r is not None]
     assert len(advanced) >= 1
@@ -183,25 +167,7 @@ def test_workers_advancing_one_run_at_once_execute_its_tool_once(plugin_tools):
 @pytest.mark.postgres
 def test_twenty_workers_racing_for_one_free_run_exactly_one_wins(postgres_only):
     run = create([final("user-1")])
-    threads_n = 20
-    barrier = threading.Barrier(threads_n)
-    results: list[object] = [None] * threads_n
-
-    def race(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = lease_acquire(run_id=run.run_id, owner=f"worker-{i}")
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(threads_n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
+    results = race(lambda i: lease_acquire(run_id=run.run_id, owner=f"worker-{i}"))
     assert all(isinstance(r, bool) for r in results), results
     assert results.count(True) == 1, results
     winner = results.index(True)

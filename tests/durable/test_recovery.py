@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 import pytest
 
@@ -28,12 +27,12 @@ from tests.durable.durable_kit import (
     create,
     final,
     load,
-    now_ms,
     plan_and_record_intent,
     search,
     use,
     write,
 )
+from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,11 +230,12 @@ def test_a_cancel_while_the_worker_is_dead_after_the_effect_records_it(run_outpu
 
 
 def test_a_dead_worker_found_after_the_deadline_does_not_run_the_tool_again(run_output_root):
-    run = create([write("p1"), final("tool-1")], deadline_ms=1_500)
+    clock = FakeClock()
+    run = create([write("p1"), final("tool-1")], deadline_ms=60_000, created_ms=clock.now_ms())
     advance_until_worker_dies(run.run_id, tool="write_artifact")
-    time.sleep(max(0.0, (load(run.run_id).deadline_ms - now_ms()) / 1000) + 0.05)
+    clock.set(load(run.run_id).deadline_ms)  # the deadline passes while the worker is dead
 
-    sweep(enqueue=False)
+    sweep(enqueue=False, clock=clock)
 
     done = Run(run.run_id)
     done.check()

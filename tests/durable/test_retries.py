@@ -75,10 +75,11 @@ def test_a_tool_without_a_retry_policy_is_not_retried(plugin_tools):
 
 @pytest.fixture
 def slow_backoff(plugin_tools):
-    """durable_flaky with 3 s between attempts: time to cancel during the backoff."""
+    """durable_flaky with a minute between attempts: a backoff slept through would outlast the
+    generous join below, so a worker done within it shows the cancel cut it short."""
     original = list(plugin_tools.TOOLS)
     plugin_tools.TOOLS[:] = [
-        replace(c, retry=RetryPolicy(max_attempts=3, backoff_ms=3_000))
+        replace(c, retry=RetryPolicy(max_attempts=3, backoff_ms=60_000))
         if c.name == "durable_flaky"
         else c
         for c in original
@@ -97,18 +98,17 @@ def test_a_cancel_during_the_backoff_stops_the_retries(slow_backoff):
     worker = threading.Thread(
         target=lambda: (services.run_advance(run_id=run.run_id), connections.close_all())
     )
-    started = time.monotonic()
     worker.start()
     try:
         deadline = time.monotonic() + 5
+        # Polls for the worker thread's first failed attempt (real work, bounded).
         while not m.TraceEvent.objects.filter(run_id=run.run_id, event="tool.retrying").exists():
             assert time.monotonic() < deadline, "the first attempt never failed"
             time.sleep(0.02)
         services.run_cancel(run_id=run.run_id, by="ops", reason="stop retrying")
     finally:
-        worker.join(10)
-    assert not worker.is_alive()
-    assert time.monotonic() - started < 2.5, "the backoff was slept through despite the cancel"
+        worker.join(30)
+    assert not worker.is_alive(), "the backoff was slept through despite the cancel"
     done = Run(run.run_id)
     done.check()
     assert (done.status, done.stop_reason) == ("cancelled", "CANCELLED")

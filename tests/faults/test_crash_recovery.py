@@ -32,7 +32,6 @@ from runs import services
 from tests.faults.fault_kit import (
     Cluster,
     assert_consistent,
-    children,
     cluster,
     create,
     effect_scenario,
@@ -40,10 +39,10 @@ from tests.faults.fault_kit import (
     events,
     fixture_scenario,
     names,
-    proc,
     wait_for,
     wait_rest,
 )
+from tests.support.procs import children, proc
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

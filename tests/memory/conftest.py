@@ -127,14 +127,3 @@ def memory_keys(settings: Any) -> Iterator[Callable[[Sequence[Mapping[str, Any]]
     yield configure
     wiring.memory_policies.cache_clear()
     wiring.registry.cache_clear()
-
-
-@pytest.fixture
-def postgres_only() -> None:
-    """Truly concurrent writers need PostgreSQL: SQLite serializes every writer, so a race
-    there would prove nothing."""
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: set DATABASE_URL=postgres://... (this run uses "
-            f"{connection.vendor}, which serializes writers, so a race would prove nothing)"
-        )

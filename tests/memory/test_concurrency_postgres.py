@@ -8,13 +8,10 @@ Skipped on SQLite, which serializes every writer (a race there would prove nothi
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from agentconsole.wiring import memory_policies
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
@@ -25,33 +22,9 @@ from memory.services import (
     preference_write,
 )
 from policy.domain.errors import DomainError
+from tests.support.races import THREADS, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-THREADS = 20
-
-
-def race(work: Callable[[int], Any]) -> list[Any]:
-    """``work(i)`` in THREADS threads released together; each result or exception."""
-    barrier = threading.Barrier(THREADS)
-    results: list[Any] = [None] * THREADS
-
-    def target(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a writer is stuck"
-    return results
 
 
 def _value(i: int) -> str:

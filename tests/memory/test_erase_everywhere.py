@@ -23,7 +23,7 @@ from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
 from tests.memory.conftest import load_demo_corpus
 from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
-from tests.services.db_scan import Hit, scan
+from tests.support.db_scan import Hit, scan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from runs import consumers
 from runs.domain import step as steps
 from runs.models import TraceEvent
 from runs.scenarios import parse_scenario, run_scenario
+from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,19 +151,8 @@ def test_several_writers_no_gap_no_duplicate(personas):
     writers, per_writer = 3, 10
 
     def write_concurrently() -> None:
-        def one(k: int) -> None:
-            from django.db import connections
-
-            try:
-                _append(run_id, per_writer, who=f"w{k}")
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=one, args=(k,)) for k in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        outcomes = race(lambda k: _append(run_id, per_writer, who=f"w{k}"), writers)
+        assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after=0", alice)

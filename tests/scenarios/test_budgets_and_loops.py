@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runs.domain import runner as runner_module
+from agentconsole import wiring
 from runs.models import LedgerEntry
+from tests.support.clock import AheadClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,17 +85,20 @@ def test_deadline_reached_before_the_first_tool(run_scenario, monkeypatch):
     """deadline_ms=1 and the first planner output is a search: no tool may start.
 
     Timing: the run's absolute deadline is fixed in ``run_create`` (wall clock + 1 ms); the
-    runner checks it before every step through its clock (``SystemClock``), and the gate's
+    runner checks it before every step through its clock (``runs.domain.clock``), and the gate's
     budget layer checks it again. On the real clock the run only fails if at least 1 ms passes
     between creating the run and its first step (measured: about 20 ms on SQLite, a few ms on
     PostgreSQL), which holds in practice but is not guaranteed: on a fast enough machine the
     first step could still see "before the deadline" and the search would run. So the runner's
     clock is set one second ahead of the wall clock that fixed the deadline (only the clock
-    port; store, gate, tools and command are real). The outcome then no longer depends on how
-    fast the machine is.
+    the runner is built with; store, gate, tools and command are real). The outcome then no
+    longer depends on how fast the machine is.
     """
-    real_now = runner_module.SystemClock.now_ms
-    monkeypatch.setattr(runner_module.SystemClock, "now_ms", lambda self: real_now(self) + 1_000)
+    real_runner = wiring.runner
+    ahead = AheadClock(1_000)
+    monkeypatch.setattr(
+        wiring, "runner", lambda lease_owner=None, clock=None: real_runner(lease_owner, ahead)
+    )
 
     result = run_scenario("s15-deadline")
 
