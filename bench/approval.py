@@ -27,6 +27,9 @@ from bench.stack import (
     _user,
 )
 
+# confirmation_decide(enqueue=True) uses advance_run.delay(): the default queue.
+QUEUE = "celery"
+
 
 def _post_json(url: str, token: str, body: dict[str, Any]) -> tuple[int, float]:
     request = urllib.request.Request(  # noqa: S310 — our own server on 127.0.0.1
@@ -86,27 +89,19 @@ async def _approve_once(
         return out
 
 
-def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
-    """Runs waiting for a confirmation (s15 scenario); per sample: websocket open on the run,
-    POST approve over HTTP to daphne, first trace event the worker writes for the resumed run."""
+def _waiting_samples(tag: str, owner: Any, n: int) -> list[dict[str, Any]]:
+    """``n`` runs of the s15 scenario, each advanced in-process to waiting_confirmation."""
     from django.db import connections
 
-    from runs import models as m
     from runs import selectors, services
     from runs.domain.machine import Status
     from runs.scenarios import parse_scenario
 
-    budget = _budget(ctx)
-    started = time.monotonic()
-    warmups, wanted = 2, 20
-    tag = uuid.uuid4().hex[:8]
-    _, op_token = _user(f"bench-approve-op-{tag}", "operator")
-    owner, _ = _user(f"bench-approve-owner-{tag}", "user")
     scenario = parse_scenario((SCENARIOS / "s15-missing-confirmation.json").read_bytes())
     # The file's 60 s deadline could pass while the benchmark waits: give the runs an hour.
     budgets = scenario.budgets.model_copy(update={"deadline_ms": 3_600_000})
     samples = []
-    for i in range(warmups + wanted):
+    for i in range(n):
         subject = f"bench-approve-{tag}-{i}"
         grants = []
         for g in scenario.grants:
@@ -135,19 +130,26 @@ def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
             }
         )
     connections.close_all()
+    return samples
+
+
+def _approve_all(
+    ctx: Context, tag: str, samples: list[dict[str, Any]], op_token: str, cap_at: float
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Start a worker and daphne, approve each sample in turn until ``cap_at`` (monotonic)."""
+    from django.db import connections
 
     results: list[dict[str, Any]] = []
     failures: list[str] = []
-    queue_name = "celery"  # confirmation_decide(enqueue=True) uses advance_run.delay()
     try:
         with contextlib.ExitStack() as stack:
             extra = stack.enter_context(_private_broker(ctx))
             env = _env(ctx, **extra)
             # With Redis the default queue is shared with anything else consuming "celery" on
             # that database; with the filesystem broker the folder is private.
-            workers = _start_workers(stack, env, queue_name, [f"bench-approve-{tag}"])
+            workers = _start_workers(stack, env, QUEUE, [f"bench-approve-{tag}"])
             port = _start_daphne(stack, env)
-            cap = budget - (time.monotonic() - started) - 15
+            cap = cap_at - time.monotonic()
 
             async def all_samples() -> None:
                 t_start = time.monotonic()
@@ -166,13 +168,16 @@ def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
     finally:
         _redis_cleanup(ctx, tag, {s["run_id"] for s in samples})
         connections.close_all()
+    return results, failures
 
-    measured = results[warmups:] if len(results) > warmups else results
-    resumed = [r["resumed_ms"] for r in measured if "resumed_ms" in r]
-    if not resumed:
-        raise RuntimeError(f"no approval round trip measured: {failures[:3]}")
-    # Where the time goes, from the clocks the processes wrote (same host): TraceEvent.created_at
-    # is taken by the writing process just before its INSERT.
+
+def _legs(measured: list[dict[str, Any]]) -> dict[str, float]:
+    """Where the time goes, from the clocks the processes wrote (same host): TraceEvent.created_at
+    is taken by the writing process just before its INSERT. Medians per leg."""
+    from django.db import connections
+
+    from runs import models as m
+
     legs: dict[str, list[float]] = {"daphne": [], "queue_and_worker": [], "delivery": []}
     for r in measured:
         if "resumed_seq" not in r:
@@ -188,7 +193,49 @@ def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
         legs["queue_and_worker"].append((resumed_at - decided_at) * 1000)
         legs["delivery"].append((r["resumed_at"] - resumed_at) * 1000)
     connections.close_all()
-    breakdown = {k: round(summary(v)["median"], 1) for k, v in legs.items() if v}
+    return {k: round(summary(v)["median"], 1) for k, v in legs.items() if v}
+
+
+def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
+    """Runs waiting for a confirmation (s15 scenario); per sample: websocket open on the run,
+    POST approve over HTTP to daphne, first trace event the worker writes for the resumed run."""
+    budget = _budget(ctx)
+    started = time.monotonic()
+    warmups, wanted = 2, 20
+    tag = uuid.uuid4().hex[:8]
+    _, op_token = _user(f"bench-approve-op-{tag}", "operator")
+    owner, _ = _user(f"bench-approve-owner-{tag}", "user")
+    samples = _waiting_samples(tag, owner, warmups + wanted)
+    results, failures = _approve_all(ctx, tag, samples, op_token, started + budget - 15)
+
+    measured = results[warmups:] if len(results) > warmups else results
+    resumed = [r["resumed_ms"] for r in measured if "resumed_ms" in r]
+    if not resumed:
+        raise RuntimeError(f"no approval round trip measured: {failures[:3]}")
+    breakdown = _legs(measured)
+    how = _how(ctx, samples, measured, resumed, breakdown, warmups, failures)
+    return {
+        "approval_roundtrip_ms": {
+            "p50": round(percentile(resumed, 50), 2),
+            **_ms(resumed),
+            "samples": len(resumed),
+            "legs_median_ms": breakdown,
+            "target_p50": 100,
+            "how": how,
+        }
+    }
+
+
+def _how(
+    ctx: Context,
+    samples: list[dict[str, Any]],
+    measured: list[dict[str, Any]],
+    resumed: list[float],
+    breakdown: dict[str, float],
+    warmups: int,
+    failures: list[str],
+) -> str:
+    queue_name = QUEUE
     first_events = sorted({r["resumed_event"] for r in measured if "resumed_event" in r})
     how = (
         f"daphne (HTTP + websocket) and one Celery worker (prefork -c 1, -Q {queue_name}: the "
@@ -218,13 +265,4 @@ def bench_approval_roundtrip(ctx: Context) -> dict[str, Any]:
         )
     if failures:
         how += f" Failures: {failures[:3]}."
-    return {
-        "approval_roundtrip_ms": {
-            "p50": round(percentile(resumed, 50), 2),
-            **_ms(resumed),
-            "samples": len(resumed),
-            "legs_median_ms": breakdown,
-            "target_p50": 100,
-            "how": how,
-        }
-    }
+    return how

@@ -84,28 +84,103 @@ def _plan(sql: str) -> list[str]:
         return [" ".join(str(c) for c in row) for row in cursor.fetchall()][:12]
 
 
-def bench_runs_list(ctx: Context) -> dict[str, Any]:
+def _rows(
+    rng: Any, prefix: str, first: int, last: int, subjects: list[str], now: Any
+) -> list[dict[str, Any]]:
+    """Rows ``first`` to ``last - 1``: a realistic mix of statuses, steps and ages."""
+    from datetime import timedelta
+
+    statuses = (
+        ["completed"] * 14 + ["failed"] * 2 + ["cancelled", "running", "waiting_confirmation"]
+    )
+    rows = []
+    for i in range(first, last):
+        status = rng.choice(statuses)
+        steps = rng.randint(1, 8)
+        created = now - timedelta(seconds=rng.randint(0, 90 * 24 * 3600))
+        rows.append(
+            {
+                "id": f"{prefix}{i:06d}",
+                "subject": rng.choice(subjects),
+                "goal": f"benchmark question {i}",
+                "status": status,
+                "version": 2 * steps + 1,
+                "step": steps,
+                "tool_calls": steps - 1,
+                "deadline_ms": int(created.timestamp() * 1000) + 300_000,
+                "stop_reason": {
+                    "failed": "MAX_STEPS_REACHED",
+                    "cancelled": "CANCELLED",
+                }.get(status),
+                "answer": "benchmark answer" if status == "completed" else None,
+                "citations": status == "completed",
+                "trace_seq": 8 * steps,
+                "observation_seq": steps + 1,
+                "created_at": created,
+                "updated_at": created + timedelta(seconds=steps),
+            }
+        )
+    return rows
+
+
+def _time_pages(
+    client: Any, pages: dict[str, str], warm: int, reps: int
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Per page: ``warm`` untimed GETs, ``reps`` timed ones, one with its queries captured."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs import models as m
+
+    out: dict[str, Any] = {}
+    plans: dict[str, list[str]] = {}
+    for name, path in pages.items():
+        for _ in range(warm):
+            response = client.get(path)
+            if response.status_code != 200:
+                raise RuntimeError(f"GET {path}: {response.status_code} {response.content!r}")
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            response = client.get(path)
+            times.append((time.perf_counter() - t) * 1000)
+        with CaptureQueriesContext(connection) as captured:
+            response = client.get(path)
+        rows_on_page = len(response.json()["results"])
+        p95 = percentile(times, 95)
+        out[name] = {
+            "p95": round(p95, 2),
+            **_ms(times),
+            "rows_on_page": rows_on_page,
+            "queries": len(captured.captured_queries),
+        }
+        if p95 > 100:
+            selects = [
+                q["sql"] for q in captured.captured_queries if m.Run._meta.db_table in q["sql"]
+            ]
+            if selects:
+                plans[name] = _plan(selects[-1])
+    return out, plans
+
+
+def bench_runs_list(
+    ctx: Context, *, total: int = 100_000, batch: int = 5_000, reps: int = 50, warm: int = 3
+) -> dict[str, Any]:
     """100,000 runs bulk-inserted; server time of GET /api/runs/ and a filtered page."""
     import random
-    from datetime import timedelta
 
     from django.db import connection, connections
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
     from runs import models as m
 
     budget = _budget(ctx)
     started = time.monotonic()
-    total, batch, reps, warm = 100_000, 5_000, 50, 3
     tag = uuid.uuid4().hex[:8]
     prefix = f"bench-list-{tag}-"
     owner, token = _user(f"bench-list-{tag}", "operator")
     rng = random.Random(6)  # noqa: S311 — test data, not security
-    statuses = (
-        ["completed"] * 14 + ["failed"] * 2 + ["cancelled", "running", "waiting_confirmation"]
-    )
     subjects = [f"bench-subject-{tag}-{i:03d}" for i in range(500)]
     now = timezone.now()
     inserted = 0
@@ -115,33 +190,7 @@ def bench_runs_list(ctx: Context) -> dict[str, Any]:
         while inserted < total:
             if time.monotonic() - started > budget * 0.6:
                 break  # a slow machine: measure over what is there, and say so
-            rows = []
-            for i in range(inserted, min(total, inserted + batch)):
-                status = rng.choice(statuses)
-                steps = rng.randint(1, 8)
-                created = now - timedelta(seconds=rng.randint(0, 90 * 24 * 3600))
-                rows.append(
-                    {
-                        "id": f"{prefix}{i:06d}",
-                        "subject": rng.choice(subjects),
-                        "goal": f"benchmark question {i}",
-                        "status": status,
-                        "version": 2 * steps + 1,
-                        "step": steps,
-                        "tool_calls": steps - 1,
-                        "deadline_ms": int(created.timestamp() * 1000) + 300_000,
-                        "stop_reason": {
-                            "failed": "MAX_STEPS_REACHED",
-                            "cancelled": "CANCELLED",
-                        }.get(status),
-                        "answer": "benchmark answer" if status == "completed" else None,
-                        "citations": status == "completed",
-                        "trace_seq": 8 * steps,
-                        "observation_seq": steps + 1,
-                        "created_at": created,
-                        "updated_at": created + timedelta(seconds=steps),
-                    }
-                )
+            rows = _rows(rng, prefix, inserted, min(total, inserted + batch), subjects, now)
             insert(rows)
             inserted += len(rows)
         insert_s = time.monotonic() - insert_started
@@ -154,34 +203,7 @@ def bench_runs_list(ctx: Context) -> dict[str, Any]:
             "first_page": "/api/runs/",
             "filtered_page": f"/api/runs/?status=failed&subject={subject}",
         }
-        out: dict[str, Any] = {}
-        plans: dict[str, list[str]] = {}
-        for name, path in pages.items():
-            for _ in range(warm):
-                response = client.get(path)
-                if response.status_code != 200:
-                    raise RuntimeError(f"GET {path}: {response.status_code} {response.content!r}")
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                response = client.get(path)
-                times.append((time.perf_counter() - t) * 1000)
-            with CaptureQueriesContext(connection) as captured:
-                response = client.get(path)
-            rows_on_page = len(response.json()["results"])
-            p95 = percentile(times, 95)
-            out[name] = {
-                "p95": round(p95, 2),
-                **_ms(times),
-                "rows_on_page": rows_on_page,
-                "queries": len(captured.captured_queries),
-            }
-            if p95 > 100:
-                selects = [
-                    q["sql"] for q in captured.captured_queries if m.Run._meta.db_table in q["sql"]
-                ]
-                if selects:
-                    plans[name] = _plan(selects[-1])
+        out, plans = _time_pages(client, pages, warm, reps)
     finally:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -189,6 +211,21 @@ def bench_runs_list(ctx: Context) -> dict[str, Any]:
                 [prefix + "%"],
             )
         connections.close_all()
+    how = _how(ctx, inserted, total, batch, insert_s, warm, reps, pages, plans)
+    return {"runs_list_ms": {**out, "rows": inserted, "target_p95": 100, "how": how}}
+
+
+def _how(
+    ctx: Context,
+    inserted: int,
+    total: int,
+    batch: int,
+    insert_s: float,
+    warm: int,
+    reps: int,
+    pages: dict[str, str],
+    plans: dict[str, list[str]],
+) -> str:
     how = (
         f"{inserted:,} runs.models.Run rows inserted in batches of {batch:,} (executemany, "
         f"values prepared by the model's fields; bulk_create's per-row SQL compiling was too "
@@ -206,4 +243,4 @@ def bench_runs_list(ctx: Context) -> dict[str, Any]:
         how += f" Only {inserted:,} rows inserted within the time budget."
     for name, plan in plans.items():
         how += f" {name} p95 over 100 ms; plan: " + " | ".join(line.strip() for line in plan)
-    return {"runs_list_ms": {**out, "rows": inserted, "target_p95": 100, "how": how}}
+    return how
