@@ -7,6 +7,7 @@ tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
 import pytest
 
 from tests.support.races import require_postgres
+from tests.support.runs import load_demo_corpus
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +23,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
 def postgres_only() -> None:
     """For race tests: SQLite serializes every writer, so they skip there."""
     require_postgres()
+
+
+@pytest.fixture
+def corpus(transactional_db: None) -> None:
+    """The demo corpus ``search_public`` reads, committed so a tool thread sees it."""
+    load_demo_corpus()

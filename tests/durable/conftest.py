@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
-from runs.corpus import demo_corpus_dir, document_load
 from tests.plugins import durable_tools
+from tests.support.runs import use_run_output_root
 from tests.support.workers import worker_database_url
 
 PLUGINS = "tests.plugins.durable_tools"
@@ -23,10 +23,7 @@ PLUGINS = "tests.plugins.durable_tools"
 
 @pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "run-output-root"
-    root.mkdir()
-    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
-    return root
+    return use_run_output_root(settings, tmp_path / "run-output-root")
 
 
 @pytest.fixture(autouse=True)
@@ -49,14 +46,6 @@ def plugin_tools(settings: Any) -> Any:
     yield durable_tools
     wiring.registry.cache_clear()
     durable_tools.reset()
-
-
-@pytest.fixture
-def corpus(transactional_db: None) -> None:
-    files = sorted(demo_corpus_dir().glob("*.md"))
-    assert files, "the demo corpus is empty"
-    for path in files:
-        document_load(path=path)
 
 
 @pytest.fixture

@@ -3,15 +3,11 @@ exported run, and the state a dead worker leaves behind."""
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from django.core.management import call_command
 
 from agentconsole import wiring
 from policy.domain.decisions import ExecutableCommand
@@ -21,6 +17,7 @@ from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from tests.support.runs import ExportedRun, run_fixture_json
 
 SUBJECT = "alice"
 GOAL = "Write the retry summary to run-output/summary.md"
@@ -195,41 +192,15 @@ def expire_lease(run_id: str) -> None:
 # --- reading a run back -----------------------------------------------------------------------
 
 
-class Run:
+class Run(ExportedRun):
     """``runs.selectors.run_export`` of one run, with small lookups."""
 
     def __init__(self, run_id: str) -> None:
-        self.data = selectors.run_export(run_id=run_id)
-        self.state: dict[str, Any] = self.data["state"]
-        self.trace: list[dict[str, Any]] = self.data["trace"]
-        self.ledger: list[dict[str, Any]] = self.data["ledger"]
-        self.observations: list[dict[str, Any]] = self.data["observations"]
-        self.confirmations: list[dict[str, Any]] = self.data["confirmations"]
-        self.artifacts: list[dict[str, Any]] = self.data["artifacts"]
-        self.run_id = run_id
-
-    @property
-    def status(self) -> str:
-        return self.state["status"]
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state["stop_reason"]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.trace if e["event"] == name]
-
-    def names(self) -> list[str]:
-        return [e["event"] for e in self.trace]
+        super().__init__(selectors.run_export(run_id=run_id))
 
     def transitions(self) -> list[tuple[str, str]]:
         moves = self.events("state.transitioned")
         return [(e["details"]["from"], e["details"]["to"]) for e in moves]
-
-    def observation(self, observation_id: str) -> dict[str, Any]:
-        found = [o for o in self.observations if o["observation_id"] == observation_id]
-        assert len(found) == 1, (observation_id, [o["observation_id"] for o in self.observations])
-        return found[0]
 
     def handoffs(self) -> list[m.Handoff]:
         return list(m.Handoff.objects.filter(run_id=self.run_id).order_by("id"))
@@ -256,9 +227,7 @@ class Run:
 
 
 def run_fixture(path: Path | str) -> dict[str, Any]:
-    buf = io.StringIO()
-    call_command("run_fixture", str(path), "--json", stdout=buf)
-    return json.loads(buf.getvalue())
+    return run_fixture_json(path)
 
 
 # --- processes --------------------------------------------------------------------------------

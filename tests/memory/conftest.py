@@ -20,8 +20,8 @@ from django.db import connection
 from django.test import override_settings
 
 from agentconsole import wiring
-from runs.corpus import demo_corpus_dir, document_load
 from tests.memory.memory_kit import Ran, delete_committed_rows, run_fresh
+from tests.support.runs import load_demo_corpus, use_run_output_root
 
 # The database this process would use outside tests, read when this conftest is imported (at
 # collection, before pytest-django creates the test database). A module-scoped batch writes and
@@ -41,23 +41,7 @@ def refuse_non_test_database() -> None:
 
 @pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "run-output"
-    root.mkdir()
-    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
-    return root
-
-
-def load_demo_corpus() -> None:
-    files = sorted(demo_corpus_dir().glob("*.md"))
-    assert files, "the demo corpus is empty"
-    for path in files:
-        document_load(path=path)
-
-
-@pytest.fixture
-def corpus(transactional_db: None) -> None:
-    """The demo corpus ``search_public`` reads, committed so the tool thread sees it."""
-    load_demo_corpus()
+    return use_run_output_root(settings, tmp_path / "run-output")
 
 
 @pytest.fixture(scope="module")

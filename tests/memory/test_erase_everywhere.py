@@ -21,9 +21,9 @@ from runs import models as m
 from runs import selectors, services
 from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
-from tests.memory.conftest import load_demo_corpus
 from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
 from tests.support.db_scan import Hit, scan
+from tests.support.runs import load_demo_corpus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,8 @@ from memory.services import preference_revoke, preference_write
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.selectors import planner_context
-from tests.memory.memory_kit import load_scenario, run_file
+from tests.memory.memory_kit import run_file
+from tests.support.runs import load_scenario
 
 ZH_V1 = {"answer_language": {"value": "zh-CN", "source": "user-confirmation", "version": 1}}
 

@@ -21,12 +21,8 @@ import pytest
 from django.utils import timezone
 
 from runs.scenarios import parse_scenario
-from tests.memory.memory_kit import (
-    SCENARIO_DIR,
-    Ran,
-    differing_paths,
-    load_scenario,
-)
+from tests.memory.memory_kit import Ran, differing_paths
+from tests.support.runs import SCENARIO_DIR, load_scenario
 
 # Every test may read the database (the batch's rows, rolled back); and pytest-django creates
 # the test database only for runs that collect a django_db test.
