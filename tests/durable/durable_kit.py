@@ -17,6 +17,7 @@ from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from tests.support.planner import tool_call
 from tests.support.runs import ExportedRun, run_fixture_json
 
 SUBJECT = "alice"
@@ -41,36 +42,15 @@ def now_ms() -> int:
 
 def use(pid: str, tool: str, **arguments: Any) -> dict[str, Any]:
     """A proposal for one of the plugin tools of tests.plugins.durable_tools."""
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": tool,
-        "tool_version": "1",
-        "arguments": arguments or {"text": pid},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, tool, arguments or {"text": pid})
 
 
 def write(pid: str, path: str = "run-output/summary.md", content: str = CONTENT) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "write_artifact",
-        "tool_version": "1",
-        "arguments": {"path": path, "content": content},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "write_artifact", {"path": path, "content": content})
 
 
 def search(pid: str, query: str = "retry policy quarantine") -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "search_public",
-        "tool_version": "1",
-        "arguments": {"query": query},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "search_public", {"query": query})
 
 
 def final(*cites: str, answer: str = "Done.") -> dict[str, Any]:

@@ -12,7 +12,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connections
 
@@ -24,6 +23,7 @@ from runs.domain.machine import Status
 from runs.services import ConfirmationNotPending
 from tests.durable.conftest import PLUGINS
 from tests.durable.durable_kit import Run, create, final, run_fixture, start, use
+from tests.support.personas import make_user
 from tests.support.workers import worker_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,7 +74,7 @@ def test_a_cancelled_run_leaves_no_pending_confirmation_in_the_queue(plugin_tool
 
 
 def test_cancelling_a_running_run_between_tools_ends_it_at_once(plugin_tools):
-    reviewer = get_user_model().objects.create_user("carol", password="pw-carol-1")
+    reviewer = make_user("carol", password="pw-carol-1")
     run = create([use("p1", "durable_steady"), final("tool-1")])
     start(run.run_id)
     state = services.run_cancel(run_id=run.run_id, by=reviewer, reason="wrong goal")

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 
 import runs
 from agentconsole import wiring
@@ -18,6 +17,7 @@ from runs.domain import step as steps
 from runs.domain.machine import Status
 from runs.handoffs import HandoffError, handoff_claim, handoff_resolve
 from tests.durable.durable_kit import Run, create, final, load, run_fixture, start, use, write
+from tests.support.personas import make_user
 from tests.support.races import THREADS, race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,7 +28,7 @@ VERIFICATION_FAILED = FAULTLAB / "verification-failed.json"
 
 @pytest.fixture
 def reviewer():
-    return get_user_model().objects.create_user("rita", password="pw-rita-1")
+    return make_user("rita", password="pw-rita-1")
 
 
 def _unknown_write(*, reconcile: str = "unknown") -> Run:
@@ -112,7 +112,7 @@ def test_claim_records_the_assignee_and_a_second_claim_is_refused(reviewer, run_
     assert load(run.run_id).version == version + 1  # a trace event, through the store
     assert load(run.run_id).status is Status.FAILED
 
-    other = get_user_model().objects.create_user("sam", password="pw-sam-1")
+    other = make_user("sam", password="pw-sam-1")
     with pytest.raises(HandoffError) as caught:
         handoff_claim(handoff_id=handoff.pk, by=other)
     assert caught.value.code == "HANDOFF_NOT_OPEN"

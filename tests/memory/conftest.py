@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import override_settings
 
 from agentconsole import wiring
 from tests.memory.memory_kit import Ran, delete_committed_rows, run_fresh
+from tests.support.personas import make_user
 from tests.support.runs import load_demo_corpus, use_run_output_root
 
 # The database this process would use outside tests, read when this conftest is imported (at
@@ -78,24 +77,16 @@ def scenario_batch(
 
 @pytest.fixture
 def users() -> dict[str, Any]:
-    """alice and bob (group user), an admin (group admin), a superuser and an operator.
-    Database access comes from the requesting test's ``django_db`` mark. The groups come from a
-    migration, but a transactional test before this one flushed them: get_or_create. No
-    passwords (unusable): hashing one costs a third of a second."""
-    model = get_user_model()
-    out = {}
-    for name in ("alice", "bob"):
-        user = model.objects.create_user(username=name)
-        user.groups.add(Group.objects.get_or_create(name="user")[0])
-        out[name] = user
-    admin = model.objects.create_user(username="ada")
-    admin.groups.add(Group.objects.get_or_create(name="admin")[0])
-    out["admin"] = admin
-    out["root"] = model.objects.create_superuser(username="root")
-    operator = model.objects.create_user(username="otto")
-    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
-    out["operator"] = operator
-    return out
+    """alice and bob (group user), an admin (group admin), a superuser and an operator
+    (tests/support/personas.py). Database access comes from the requesting test's
+    ``django_db`` mark."""
+    return {
+        "alice": make_user("alice", "user"),
+        "bob": make_user("bob", "user"),
+        "admin": make_user("ada", "admin"),
+        "root": make_user("root", superuser=True),
+        "operator": make_user("otto", "operator"),
+    }
 
 
 @pytest.fixture

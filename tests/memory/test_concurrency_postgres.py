@@ -22,6 +22,7 @@ from memory.services import (
     preference_write,
 )
 from policy.domain.errors import DomainError
+from tests.support.personas import make_user
 from tests.support.races import THREADS, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -84,7 +85,7 @@ def test_twenty_first_writers_of_an_absent_key_one_creates(postgres_only):
 
 
 def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_only):
-    alice = get_user_model().objects.create_user(username="alice")
+    alice = make_user("alice")
     assert _write("zh-CN", None).ok
     changes = [
         preference_propose_edit(
@@ -115,7 +116,7 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
 
 
 def test_one_confirmation_applied_by_twenty_threads_is_used_once(postgres_only):
-    alice = get_user_model().objects.create_user(username="alice")
+    alice = make_user("alice")
     change = preference_propose_edit(
         subject="alice", key="answer_language", value="zh-CN", expected_version=None, by=alice
     )
