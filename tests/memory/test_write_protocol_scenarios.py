@@ -45,21 +45,16 @@ class Case:
 
 
 CASES = [
-    Case(
-        "mem-key-not-allowed",
-        "mem-ok",
-        ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
-        "rejected",
-        "semantic",
-        "MEMORY_KEY_NOT_ALLOWED",
-    ),
-    Case(
-        "mem-key-system-instruction",
-        "mem-ok",
-        ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
-        "rejected",
-        "semantic",
-        "MEMORY_KEY_NOT_ALLOWED",
+    *(
+        Case(
+            name,
+            "mem-ok",
+            ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
+            "rejected",
+            "semantic",
+            "MEMORY_KEY_NOT_ALLOWED",
+        )
+        for name in ("mem-key-not-allowed", "mem-key-system-instruction")
     ),
     Case(
         "mem-value-too-long",

@@ -105,3 +105,19 @@ def use_run_output_root(settings: Any, root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
     return root
+
+
+def bare_run(**extra: Any) -> Any:
+    """``run_create`` for alice with the default budgets, no grants and no planner outputs;
+    ``extra`` goes to ``run_create`` (confirmations, faults...)."""
+    from runs import services
+    from runs.domain.budgets import RunBudgets
+
+    return services.run_create(
+        subject="alice",
+        goal="g",
+        budgets=RunBudgets(),
+        grants=[],
+        planner={"kind": "fixture", "outputs": []},
+        **extra,
+    )
