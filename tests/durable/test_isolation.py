@@ -16,6 +16,7 @@ from runs import services
 from runs.domain.machine import Status
 from runs.isolation import MAX_OUTPUT_BYTES
 from tests.durable.durable_kit import Run, create, final, isolated_children, use
+from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,10 +105,8 @@ def test_a_cancel_kills_a_running_isolated_tool_at_once(child_env):
         )  # fmt: skip
         worker.start()
         try:
-            deadline = time.monotonic() + 15
-            while not watcher.seen:  # polls for the real child process to start
-                assert time.monotonic() < deadline, "the isolated child never started"
-                time.sleep(0.02)
+            # Polls for the real child process to start (generous timeout).
+            wait_for(lambda: watcher.seen, timeout_s=15, what="the isolated child started")
             services.run_cancel(run_id=run.run_id, by="ops", reason="hard stop")
         finally:
             worker.join(25)

@@ -4,7 +4,6 @@ counted on the one ledger row; tools without a policy are never retried."""
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -15,6 +14,7 @@ from policy.domain.contracts import RetryPolicy
 from runs import models as m
 from runs import services
 from tests.durable.durable_kit import Run, create, final, use
+from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,11 +100,12 @@ def test_a_cancel_during_the_backoff_stops_the_retries(slow_backoff):
     )
     worker.start()
     try:
-        deadline = time.monotonic() + 5
-        # Polls for the worker thread's first failed attempt (real work, bounded).
-        while not m.TraceEvent.objects.filter(run_id=run.run_id, event="tool.retrying").exists():
-            assert time.monotonic() < deadline, "the first attempt never failed"
-            time.sleep(0.02)
+        # Polls for the worker thread's first failed attempt (real work, generous timeout).
+        wait_for(
+            lambda: m.TraceEvent.objects.filter(run_id=run.run_id, event="tool.retrying").exists(),
+            timeout_s=5,
+            what="the first attempt failed",
+        )
         services.run_cancel(run_id=run.run_id, by="ops", reason="stop retrying")
     finally:
         worker.join(30)

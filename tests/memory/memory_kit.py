@@ -23,6 +23,7 @@ from memory.models import (
     PreferenceRecord,
     WorkingMemoryItem,
 )
+from memory.services import preference_write
 from runs.models import LedgerEntry, Observation, Run
 from tests.support.runs import ExportedRun, run_fixture_json, scenario_path
 
@@ -201,3 +202,20 @@ def observations_of(run_id: str) -> list[dict[str, Any]]:
 
 def content_chars(items: list[dict[str, Any]]) -> int:
     return sum(len(i["content"]) for i in items)
+
+
+def confirmed_write(
+    subject: str, key: str, value: str, expected_version: int | None, *, confirmation_id: str
+) -> Any:
+    """A preference write as a confirmed tool call makes it (no run, no token); must succeed."""
+    result = preference_write(
+        subject=subject,
+        policy=wiring.memory_policies()[key],
+        value=value,
+        expected_version=expected_version,
+        confirmation_id=confirmation_id,
+        run_id=None,
+        idempotency_token=None,
+    )
+    assert result.ok, result
+    return result

@@ -14,13 +14,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from agentconsole.wiring import memory_policies
+from memory import services as memory_services
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
-from memory.services import (
-    WriteResult,
-    preference_apply_edit,
-    preference_propose_edit,
-    preference_write,
-)
+from memory.services import WriteResult, preference_write
 from policy.domain.errors import DomainError
 from tests.support.personas import make_user
 from tests.support.races import THREADS, race
@@ -88,7 +84,7 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
     alice = make_user("alice")
     assert _write("zh-CN", None).ok
     changes = [
-        preference_propose_edit(
+        memory_services.preference_propose_edit(
             subject="alice", key="answer_language", value=_value(i), expected_version=1, by=alice
         )
         for i in range(THREADS)
@@ -97,7 +93,9 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
     def apply(i: int) -> WriteResult:
         owner = get_user_model().objects.get(username="alice")  # this thread's connection
         change = changes[i]
-        return preference_apply_edit(change_id=change.pk, shown_hash=change.proposal_hash, by=owner)
+        return memory_services.preference_apply_edit(
+            change_id=change.pk, shown_hash=change.proposal_hash, by=owner
+        )
 
     results = race(apply)
 
@@ -117,14 +115,14 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
 
 def test_one_confirmation_applied_by_twenty_threads_is_used_once(postgres_only):
     alice = make_user("alice")
-    change = preference_propose_edit(
+    change = memory_services.preference_propose_edit(
         subject="alice", key="answer_language", value="zh-CN", expected_version=None, by=alice
     )
 
     def apply(i: int) -> Any:
         owner = get_user_model().objects.get(username="alice")
         try:
-            return preference_apply_edit(
+            return memory_services.preference_apply_edit(
                 change_id=change.pk, shown_hash=change.proposal_hash, by=owner
             )
         except DomainError as exc:

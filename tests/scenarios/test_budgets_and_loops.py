@@ -14,6 +14,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LOOP = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
 
 
+def _failed(result, reason, **state):
+    """The run failed for ``reason``, with these values in its state."""
+    assert (result.status, result.stop_reason) == ("failed", reason)
+    assert {k: result.state[k] for k in state} == state
+
+
 def _budgets(scenario_data, name, **changes):
     return {**scenario_data(name)["budgets"], **changes}
 
@@ -24,10 +30,8 @@ def test_repeating_a_rejected_proposal_stops_the_run(run_variant, scenario_data,
     budgets = _budgets(scenario_data, "s15-loop-rejected", max_repeated_proposal=max_repeated)
     result = run_variant("s15-loop-rejected", budgets=budgets)
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
+    _failed(result, LOOP, step=max_repeated + 1)
     assert len(result.events("planner.output")) == max_repeated + 1
-    assert result.state["step"] == max_repeated + 1
     (loop,) = result.events("proposal.loop-detected")
     assert loop["details"]["code"] == LOOP
     assert loop["proposal_id"] == "p1"
@@ -41,10 +45,7 @@ def test_repeating_a_rejected_proposal_stops_the_run(run_variant, scenario_data,
 def test_repeating_a_rejected_proposal_stops_long_before_the_step_budget(run_scenario):
     result = run_scenario("s15-loop-rejected")
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["max_repeated_proposal"] == 2
-    assert result.state["step"] == 3
+    _failed(result, LOOP, max_repeated_proposal=2, step=3)
     assert result.state["step"] < result.state["max_steps"]
     assert result.ledger == []
 
@@ -55,10 +56,7 @@ def test_repeating_an_identical_search_stops_the_run(run_variant, scenario_data,
     budgets = _budgets(scenario_data, "s15-loop-search", max_repeated_proposal=max_repeated)
     result = run_variant("s15-loop-search", budgets=budgets)
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["step"] == max_repeated + 1
-    assert result.state["tool_calls"] == max_repeated
+    _failed(result, LOOP, step=max_repeated + 1, tool_calls=max_repeated)
     expected = [(f"p{i}", "search_public", "succeeded") for i in range(1, max_repeated + 1)]
     assert result.ledger_rows() == expected
     (loop,) = result.events("proposal.loop-detected")
@@ -70,10 +68,7 @@ def test_repeating_an_identical_search_stops_the_run(run_variant, scenario_data,
 def test_repeating_an_identical_search_stays_within_the_tool_call_budget(run_scenario):
     result = run_scenario("s15-loop-search")
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["step"] == 3
-    assert result.state["tool_calls"] == 2
+    _failed(result, LOOP, step=3, tool_calls=2)
     assert result.state["tool_calls"] < result.state["max_tool_calls"]
     assert result.ledger_rows() == [
         ("p1", "search_public", "succeeded"),
@@ -117,10 +112,7 @@ def test_deadline_reached_before_the_first_tool(run_scenario, monkeypatch):
 def test_max_tool_calls_stops_before_the_extra_call(run_scenario):
     result = run_scenario("s15-max-tool-calls")
 
-    assert result.status == "failed"
-    assert result.stop_reason == "MAX_TOOL_CALLS_REACHED"
-    assert result.state["max_tool_calls"] == 2
-    assert result.state["tool_calls"] == 2
+    _failed(result, "MAX_TOOL_CALLS_REACHED", max_tool_calls=2, tool_calls=2)
     assert result.ledger_rows() == [
         ("p1", "search_public", "succeeded"),
         ("p2", "search_public", "succeeded"),

@@ -18,13 +18,7 @@ from runs import services
 from runs.domain import step as steps
 from runs.domain import trace as ev
 from runs.domain.machine import Status
-from tests.services.services_kit import (
-    MEMORY_GRANT,
-    create_run,
-    save_language,
-    search,
-    trace,
-)
+from tests.services.services_kit import MEMORY_GRANT, create_run, save_language, search, trace
 from tests.support.races import THREADS, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
