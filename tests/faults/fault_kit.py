@@ -183,8 +183,9 @@ def effect_scenario(
     )  # fmt: skip
 
 
-def create(scenario: Scenario, c: Cluster) -> str:
-    """Create the run and enqueue it on the cluster's queue (what faultlab does)."""
+def create(scenario: Scenario, c: Cluster, *, enqueue: bool = True) -> str:
+    """Create the run and enqueue it on the cluster's queue (what faultlab does); with
+    ``enqueue=False`` only create it."""
     state = services.run_create(
         subject=scenario.subject,
         goal=scenario.goal,
@@ -192,7 +193,7 @@ def create(scenario: Scenario, c: Cluster) -> str:
         grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
         planner={"kind": "fixture", "outputs": scenario.planner},
         faults=scenario.faults.model_dump() if scenario.faults else None,
-        enqueue=True,
+        enqueue=enqueue,
         queue=c.queue,
     )
     return state.run_id

@@ -46,13 +46,7 @@ def test_two_workers_complete_each_of_100_doubly_enqueued_runs_exactly_once(
     settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = 0
     # One clean pass in this process: the trace every run must have, event for event.
     scenario = fk.effect_scenario("append_entry", {"entry": "reference", "hold_ms": 20})
-    reference = services.run_create(
-        subject=scenario.subject,
-        goal=scenario.goal,
-        budgets=scenario.budgets,
-        grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
-        planner={"kind": "fixture", "outputs": scenario.planner},
-    ).run_id
+    reference = fk.create(scenario, stack, enqueue=False)
     services.run_advance(run_id=reference)
     expected = [name for _, name, _ in fk.events(reference)]
     assert m.Run.objects.get(pk=reference).status == "completed", expected

@@ -13,6 +13,7 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from policy.domain.contracts import (
@@ -84,25 +85,21 @@ def _contract(name: str, execute: Any, **overrides: Any) -> ToolContract:
 # --- in-process tools --------------------------------------------------------------------------
 
 
-def _flaky(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_flaky", ctx)
-    return ToolOutcome.succeeded({"ok": True})
+def _recording(name: str) -> Callable[[dict[str, Any], ToolContext], ToolOutcome]:
+    """A tool that records its call (token and all) and succeeds."""
+
+    def run(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        _record(name, ctx)
+        return ToolOutcome.succeeded({"ok": True})
+
+    return run
 
 
-def _steady(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_steady", ctx)
-    return ToolOutcome.succeeded({"ok": True})
-
-
-def _note(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    """A compensatable write to some outside system that cannot be asked afterwards."""
-    _record("durable_note", ctx)
-    return ToolOutcome.succeeded({"ok": True})
-
-
-def _guarded(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_guarded", ctx)
-    return ToolOutcome.succeeded({"ok": True})
+_flaky = _recording("durable_flaky")
+_steady = _recording("durable_steady")
+# A compensatable write to some outside system that cannot be asked afterwards.
+_note = _recording("durable_note")
+_guarded = _recording("durable_guarded")
 
 
 def _wait(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:

@@ -147,19 +147,27 @@ def _contract(**kwargs: Any) -> ToolContract:
     )
 
 
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """An input object with exactly these properties."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
 TOOLS = [
     _contract(
         name="append_entry",
         description="Append one entry to the external effect log (never deduplicated).",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "entry": {"type": "string", "minLength": 1, "maxLength": 200},
                 "hold_ms": {"type": "integer", "minimum": 0, "maximum": 10_000},
             },
-            "required": ["entry"],
-            "additionalProperties": False,
-        },
+            ["entry"],
+        ),
         output_schema=_ENTRY_OUT,
         side_effect=SideEffect.IRREVERSIBLE,
         timeout_ms=20_000,
@@ -169,15 +177,13 @@ TOOLS = [
     _contract(
         name="hang_read",
         description="Read nothing, slowly: ignores cooperative cancel and catchable signals.",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "seconds": {"type": "number", "minimum": 0, "maximum": HANG_LIMIT_S},
                 "grandchild": {"type": "boolean"},
             },
-            "required": ["seconds"],
-            "additionalProperties": False,
-        },
+            ["seconds"],
+        ),
         output_schema={
             "type": "object",
             "properties": {"slept_s": {"type": "number"}},
@@ -191,15 +197,13 @@ TOOLS = [
     _contract(
         name="append_then_hang",
         description="Append one entry, then hang ignoring cooperative cancel.",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "entry": {"type": "string", "minLength": 1, "maxLength": 200},
                 "seconds": {"type": "number", "minimum": 0, "maximum": HANG_LIMIT_S},
             },
-            "required": ["entry", "seconds"],
-            "additionalProperties": False,
-        },
+            ["entry", "seconds"],
+        ),
         output_schema=_ENTRY_OUT,
         side_effect=SideEffect.IRREVERSIBLE,
         timeout_ms=60_000,

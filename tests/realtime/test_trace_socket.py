@@ -64,12 +64,17 @@ async def _receive_events(comm, until_sequence: int, timeout: float = 5) -> list
     return seen
 
 
+def _alices_run(personas):
+    """alice, a run of hers, and how many trace events it has."""
+    alice = personas["alice"]
+    run_id = _run_for(alice)
+    return alice, run_id, TraceEvent.objects.filter(run_id=run_id).count()
+
+
 def test_replay_then_live_in_order(personas, monkeypatch):
     # Only the doorbell can deliver the live part: the periodic catch-up is pushed out of reach.
     monkeypatch.setattr(consumers, "CATCH_UP_S", 3600)
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after=0", alice)
@@ -91,9 +96,7 @@ def test_replay_then_live_in_order(personas, monkeypatch):
 
 
 def test_reconnect_with_after_gives_no_gap_and_no_duplicate(personas):
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         headers = alice
@@ -126,9 +129,7 @@ def test_periodic_catch_up_delivers_when_the_doorbell_is_lost(personas, monkeypa
         return store
 
     monkeypatch.setattr(wiring, "store", silent_store)
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after={total}", alice)
@@ -145,9 +146,7 @@ def test_periodic_catch_up_delivers_when_the_doorbell_is_lost(personas, monkeypa
 
 
 def test_several_writers_no_gap_no_duplicate(personas):
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
     writers, per_writer = 3, 10
 
     def write_concurrently() -> None:

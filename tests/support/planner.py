@@ -12,14 +12,17 @@ def tool_call(
     arguments: dict[str, Any],
     *,
     version: str = "1",
-    sources: Sequence[str] = ("user-1",),
+    sources: Sequence[str] | None = ("user-1",),
 ) -> dict[str, Any]:
-    """A tool proposal citing ``sources`` (the user's goal by default)."""
-    return {
+    """A tool proposal citing ``sources`` (the user's goal by default; None: no such key, as a
+    scenario file may leave it out)."""
+    proposal = {
         "kind": "tool",
         "proposal_id": pid,
         "tool_name": name,
         "tool_version": version,
         "arguments": arguments,
-        "source_observation_ids": list(sources),
     }
+    if sources is not None:
+        proposal["source_observation_ids"] = list(sources)
+    return proposal

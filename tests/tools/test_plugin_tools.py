@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from agentconsole import wiring
+from tests.support.planner import tool_call
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "wordcount.py"
@@ -35,13 +36,7 @@ def test_plugin_tool_runs_through_the_gate(plugin_registry, tmp_path):
         "goal": "count words",
         "grants": [{"capability": "text:analyze", "resource_scope": "*", "expires_at_step": 3}],
         "planner": [
-            {
-                "kind": "tool",
-                "proposal_id": "p1",
-                "tool_name": "word_count",
-                "tool_version": "1",
-                "arguments": {"text": "one two three"},
-            },
+            tool_call("p1", "word_count", {"text": "one two three"}, sources=None),
             {"kind": "final", "answer": "three words", "citation_observation_ids": ["tool-1"]},
         ],
     }
