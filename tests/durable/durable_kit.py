@@ -4,10 +4,13 @@ exported run, and the state a dead worker leaves behind."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from django.db import connections
 
 from agentconsole import wiring
 from policy.domain.decisions import ExecutableCommand
@@ -122,6 +125,22 @@ def plan_and_record_intent(run_id: str) -> ExecutableCommand:
     assert commit.ledger_intent is not None, [d.event for d in commit.events]
     store.apply(commit)
     return commit.ledger_intent
+
+
+def advance_in_thread(run_id: str) -> tuple[threading.Thread, list[RunState | None]]:
+    """``run_advance`` in a started thread of its own (another worker, in effect); the list
+    gets its result. The thread closes its database connections when done."""
+    results: list[RunState | None] = []
+
+    def target() -> None:
+        try:
+            results.append(services.run_advance(run_id=run_id))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    return worker, results
 
 
 class WorkerDied(BaseException):

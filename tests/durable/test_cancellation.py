@@ -8,12 +8,10 @@ import io
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connections
 
 import runs
 from policy.domain.errors import NotFound
@@ -22,7 +20,7 @@ from runs import services
 from runs.domain.machine import Status
 from runs.services import ConfirmationNotPending
 from tests.durable.conftest import PLUGINS
-from tests.durable.durable_kit import Run, create, final, run_fixture, start, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, run_fixture, start, use
 from tests.support.personas import make_user
 from tests.support.workers import worker_database_url
 
@@ -114,10 +112,7 @@ def test_cancel_during_a_cooperative_tool_stops_it_and_no_second_tool_starts(plu
 def test_a_cancel_from_another_thread_reaches_the_running_tool(plugin_tools):
     """The cancel is a database write; the worker's watcher turns it into the tool's signal."""
     run = create([use("p1", "durable_wait", seconds=20), use("p2", "durable_steady")])
-    worker = threading.Thread(
-        target=lambda: (services.run_advance(run_id=run.run_id), connections.close_all())
-    )
-    worker.start()
+    worker, _ = advance_in_thread(run.run_id)
     try:
         assert plugin_tools.WAIT_STARTED.wait(10)
         state = services.run_cancel(run_id=run.run_id, by="ops", reason="operator stop")

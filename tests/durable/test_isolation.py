@@ -10,12 +10,11 @@ import threading
 import time
 
 import pytest
-from django.db import connections
 
 from runs import services
 from runs.domain.machine import Status
 from runs.isolation import MAX_OUTPUT_BYTES
-from tests.durable.durable_kit import Run, create, final, isolated_children, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, isolated_children, use
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,13 +96,8 @@ def test_an_isolated_tool_past_its_timeout_is_killed(child_env, tool, ledger, st
 def test_a_cancel_kills_a_running_isolated_tool_at_once(child_env):
     """A tool that ignores every cooperative signal, in a child: the cancel is a hard stop."""
     run = create([use("p1", "durable_isolated_hang"), use("p2", "durable_steady")])
-    outcome: list[object] = []
     with ChildWatcher() as watcher:
-        worker = threading.Thread(
-            target=lambda: (outcome.append(services.run_advance(run_id=run.run_id)),
-                            connections.close_all()),
-        )  # fmt: skip
-        worker.start()
+        worker, _ = advance_in_thread(run.run_id)
         try:
             # Polls for the real child process to start (generous timeout).
             wait_for(lambda: watcher.seen, timeout_s=15, what="the isolated child started")

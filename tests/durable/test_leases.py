@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from policy.domain.errors import LeaseLost
@@ -16,7 +14,7 @@ from runs.domain import step as steps
 from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore
-from tests.durable.durable_kit import Run, create, final, load, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, load, use
 from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -114,12 +112,7 @@ def test_a_worker_that_loses_its_lease_mid_tool_stops_and_leaves_the_row_for_rec
     and the worker's next write raises LeaseLost: run_advance returns None, the ledger row stays
     ``started`` for the new holder, who recovers it with the same token."""
     run = create([use("p1", "durable_wait", seconds=1.5), final("tool-1")])
-    results: list[object] = []
-    worker = threading.Thread(
-        target=lambda: (results.append(services.run_advance(run_id=run.run_id)),
-                        connections.close_all()),
-    )  # fmt: skip
-    worker.start()
+    worker, results = advance_in_thread(run.run_id)
     try:
         assert plugin_tools.WAIT_STARTED.wait(10), "the tool never started"
         _expire(run.run_id)

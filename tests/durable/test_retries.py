@@ -3,17 +3,15 @@ counted on the one ledger row; tools without a policy are never retried."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import pytest
-from django.db import connections
 
 from agentconsole import wiring
 from policy.domain.contracts import RetryPolicy
 from runs import models as m
 from runs import services
-from tests.durable.durable_kit import Run, create, final, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, use
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,10 +93,7 @@ def test_a_cancel_during_the_backoff_stops_the_retries(slow_backoff):
         [use("p1", "durable_flaky"), final("tool-1")],
         faults={"tools": {"durable_flaky": {"mode": "fail_retryable", "times": 5}}},
     )
-    worker = threading.Thread(
-        target=lambda: (services.run_advance(run_id=run.run_id), connections.close_all())
-    )
-    worker.start()
+    worker, _ = advance_in_thread(run.run_id)
     try:
         # Polls for the worker thread's first failed attempt (real work, generous timeout).
         wait_for(

@@ -21,7 +21,7 @@ from runs import models as m
 from runs import selectors, services
 from runs.domain import step as steps
 from runs.domain.budgets import RunBudgets
-from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
+from tests.memory.memory_kit import confirmed_write
 from tests.support.db_scan import Hit, scan
 from tests.support.planner import tool_call
 from tests.support.runs import load_demo_corpus
@@ -120,19 +120,9 @@ def _alice_everywhere(users: dict[str, Any]) -> dict[str, str]:
 
 
 def _write_alice_memory() -> None:
-    from agentconsole.wiring import memory_policies
-    from memory.services import preference_write
 
     for value, expected in ((OLD, None), (CURRENT, 1)):
-        preference_write(
-            subject="alice",
-            policy=memory_policies()["answer_language"],
-            value=value,
-            expected_version=expected,
-            confirmation_id="user-set",
-            run_id=None,
-            idempotency_token=None,
-        )
+        confirmed_write("alice", "answer_language", value, expected, confirmation_id="user-set")
 
 
 def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> None:

@@ -78,31 +78,26 @@ def test_revoke_leaves_a_tombstone_and_keeps_the_value_in_history(users):
     assert listed.revoked_at is not None
 
 
+def _revoke_code(by, reason):
+    """The error code of revoking alice's answer_language as ``by``."""
+    return _code(
+        lambda: preference_revoke(subject="alice", key="answer_language", by=by, reason=reason)
+    )
+
+
 def test_revoking_a_missing_or_already_revoked_key_is_not_found(users):
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["alice"], reason=""
-        )
-    ) == ("NOT_FOUND")
+    assert _revoke_code(users["alice"], "") == ("NOT_FOUND")
     _write("alice", "answer_language", "zh-CN")
     preference_revoke(subject="alice", key="answer_language", by=users["alice"], reason="once")
     before = memory_snapshot()
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["alice"], reason="twice"
-        )
-    ) == ("NOT_FOUND")
+    assert _revoke_code(users["alice"], "twice") == ("NOT_FOUND")
     assert memory_snapshot() == before
 
 
 def test_only_the_owner_or_an_admin_revokes(users):
     _write("alice", "answer_language", "zh-CN")
     before = memory_snapshot()
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["bob"], reason=""
-        )
-    ) == ("MEMORY_SCOPE_NOT_OWNED")
+    assert _revoke_code(users["bob"], "") == ("MEMORY_SCOPE_NOT_OWNED")
     assert memory_snapshot() == before
     preference_revoke(subject="alice", key="answer_language", by=users["admin"], reason="request")
     assert PreferenceRecord.objects.get(key="answer_language").revoked_by == users["admin"]

@@ -64,6 +64,16 @@ async def _receive_events(comm, until_sequence: int, timeout: float = 5) -> list
     return seen
 
 
+async def _replay(comm):
+    """The frames of the replay, then the ``replayed`` marker that ends it."""
+    frames = []
+    while True:
+        frame = await comm.receive_json_from(timeout=5)
+        if frame["type"] == "replayed":
+            return frames, frame
+        frames.append(frame)
+
+
 def _alices_run(personas):
     """alice, a run of hers, and how many trace events it has."""
     alice = personas["alice"]
@@ -79,14 +89,9 @@ def test_replay_then_live_in_order(personas, monkeypatch):
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after=0", alice)
         assert connected
-        replayed = []
-        while True:
-            frame = await comm.receive_json_from(timeout=5)
-            if frame["type"] == "replayed":
-                assert frame["last_sequence"] == total
-                break
-            replayed.append(frame["sequence"])
-        assert replayed == list(range(1, total + 1))
+        replayed, marker = await _replay(comm)
+        assert marker["last_sequence"] == total
+        assert [f["sequence"] for f in replayed] == list(range(1, total + 1))
         await sync_to_async(_append)(run_id, 3)
         live = await _receive_events(comm, total + 3)
         assert live == [total + 1, total + 2, total + 3]
@@ -217,12 +222,7 @@ def test_frames_hold_trace_summaries_only(personas):
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", alice)
         assert connected
-        frames = []
-        while True:
-            frame = await comm.receive_json_from(timeout=5)
-            if frame["type"] == "replayed":
-                break
-            frames.append(frame)
+        frames, _ = await _replay(comm)
         await comm.disconnect()
         return frames
 

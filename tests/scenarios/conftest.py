@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from memory.models import PreferenceHistory, PreferenceRecord
 from tests.support.runs import (
     ExportedRun,
     load_scenario,
@@ -99,6 +100,21 @@ def run_command(path: Path | str) -> ScenarioResult:
     result = ScenarioResult(run_fixture_json(path))
     result.check_invariants()
     return result
+
+
+def rejected_then_answered(result: ScenarioResult, layer: str, codes: list[str]) -> None:
+    """p1..pN were rejected at ``layer`` with ``codes``; then one search ran and the answer
+    citing it was validated."""
+    assert result.rejections() == [(f"p{i}", layer, code) for i, code in enumerate(codes, 1)]
+    assert (result.status, result.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert result.ledger_rows() == [(f"p{len(codes) + 1}", "search_public", "succeeded")]
+
+
+def nothing_remembered(result: ScenarioResult) -> None:
+    """The run wrote no long-term memory: none reported, no record, no history row."""
+    assert result.preferences == []
+    assert PreferenceRecord.objects.count() == 0
+    assert PreferenceHistory.objects.count() == 0
 
 
 @pytest.fixture(autouse=True)
