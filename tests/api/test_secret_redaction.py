@@ -14,6 +14,7 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from rest_framework.authtoken.models import Token
 
 from agentconsole.asgi import application
 from policy.models import Confirmation
@@ -55,7 +56,7 @@ def _start(owner: Any, outputs: list[dict[str, Any]], **extra: Any) -> str:
 
 
 def _frames(run_id: str, user: Any) -> list[dict[str, Any]]:
-    token = kit.Token.objects.get_or_create(user=user)[0].key
+    token = Token.objects.get_or_create(user=user)[0].key
 
     async def read() -> list[dict[str, Any]]:
         comm = WebsocketCommunicator(

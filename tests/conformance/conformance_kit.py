@@ -53,15 +53,18 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
 # A read tool whose results are outside content, and a write tool that needs a per-call
 # confirmation: enough to reach every kind of write a commit can carry.
 def _note_contract(
-    name: str, description: str, field: str, output: dict[str, Any], **fields: Any
+    spec: tuple[str, str, str, str], output: dict[str, Any], **fields: Any
 ) -> ToolContract:
-    """A version-1 contract of one string argument ``field``, never executed."""
+    """A version-1 contract, never executed. ``spec``: (name, description, its one string
+    argument, the capability it requires)."""
+    name, description, field, capability = spec
     return ToolContract(
         name=name,
         version="1",
         description=description,
         input_schema=_object({field: {"type": "string", "minLength": 1, "maxLength": 64}}),
         output_schema=_object(output),
+        required_capabilities=(capability,),
         timeout_ms=1_000,
         execute=_never_called,
         **fields,
@@ -69,22 +72,16 @@ def _note_contract(
 
 
 READ_NOTE = _note_contract(
-    "read_note",
-    "Read a note by name.",
-    "name",
+    ("read_note", "Read a note by name.", "name", "notes:read"),
     {"text": {"type": "string"}},
-    required_capabilities=("notes:read",),
     side_effect=SideEffect.READ,
     confirmation=ConfirmationMode.NEVER,
     logged_fields=("name",),
     output_trust=TrustLabel.UNTRUSTED_CONTENT,
 )
 WRITE_NOTE = _note_contract(
-    "write_note",
-    "Write a note for the run's subject.",
-    "text",
+    ("write_note", "Write a note for the run's subject.", "text", "notes:write"),
     {"saved": {"type": "boolean"}},
-    required_capabilities=("notes:write",),
     side_effect=SideEffect.IDEMPOTENT_WRITE,
     confirmation=ConfirmationMode.PER_CALL,
     resource=SubjectResource(),

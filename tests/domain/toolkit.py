@@ -164,9 +164,11 @@ class Toolkit:
 
     def search_contract(self) -> ToolContract:
         return _contract(
-            "search_public",
-            "Search the public corpus; results are outside content.",
-            "search:public",
+            (
+                "search_public",
+                "Search the public corpus; results are outside content.",
+                "search:public",
+            ),
             self.search,
             {
                 "query": {"type": "string", "minLength": 1, "maxLength": 200},
@@ -189,9 +191,7 @@ class Toolkit:
         version: str = "1",
     ) -> ToolContract:
         return _contract(
-            "kv_put",
-            "Write one scalar under a key of the run's key/value space.",
-            "kv:write",
+            ("kv_put", "Write one scalar under a key of the run's key/value space.", "kv:write"),
             self.kv_put,
             {
                 "key": {"type": "string", "minLength": 1, "maxLength": 64},
@@ -215,9 +215,7 @@ class Toolkit:
 
     def artifact_contract(self) -> ToolContract:
         return _contract(
-            "write_artifact",
-            "Write a text artifact under run-output/.",
-            "artifact:write",
+            ("write_artifact", "Write a text artifact under run-output/.", "artifact:write"),
             self.write_artifact,
             {
                 "path": {"type": "string", "minLength": 1, "maxLength": 200},
@@ -232,9 +230,11 @@ class Toolkit:
     def preference_contract(self) -> ToolContract:
         policies = build_policies(DEFAULT_KEYS)
         return _contract(
-            "save_preference",
-            "Save one whitelisted preference of the run's subject.",
-            "memory:write",
+            (
+                "save_preference",
+                "Save one whitelisted preference of the run's subject.",
+                "memory:write",
+            ),
             self.save_preference,
             {
                 "key": {"type": "string", "maxLength": 64},
@@ -254,9 +254,7 @@ class Toolkit:
         self, name: str, execute: Any, *, polling: PollingPolicy | None = None, **extra: Any
     ) -> ToolContract:
         return _contract(
-            name,
-            f"{name} of a background job.",
-            "jobs:read",
+            (name, f"{name} of a background job.", "jobs:read"),
             execute,
             {"job": {"type": "string", "maxLength": 32}},
             ["job"],
@@ -284,9 +282,7 @@ class Toolkit:
 
     def api_contract(self) -> ToolContract:
         return _contract(
-            "call_api",
-            "Call an upstream API with a server-side key.",
-            "api:call",
+            ("call_api", "Call an upstream API with a server-side key.", "api:call"),
             self.call_api,
             {"echo": {"type": "string", "enum": ["value", "message", "code"]}},
             ["echo"],
@@ -296,16 +292,16 @@ class Toolkit:
 
 
 def _contract(
-    name: str,
-    description: str,
-    capability: str,
+    spec: tuple[str, str, str],
     execute: Any,
     properties: dict[str, Any],
     required: Sequence[str],
     **fields: Any,
 ) -> ToolContract:
     """A contract with a closed input object; unless ``fields`` say otherwise: version 1, any
-    output object, a read, no confirmation, a 2 s timeout."""
+    output object, a read, no confirmation, a 2 s timeout. ``spec``: (name, description,
+    the one capability it requires)."""
+    name, description, capability = spec
     defaults: dict[str, Any] = {
         "version": "1",
         "output_schema": _ANY_OBJECT,

@@ -15,6 +15,7 @@ from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore
 from tests.durable.durable_kit import Run, advance_in_thread, create, final, load, use
+from tests.support.clock import FakeClock
 from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -53,6 +54,20 @@ def test_an_expired_lease_can_be_taken_over():
     assert expires > timezone.now()
     # The old holder cannot renew what it lost.
     assert lease_renew(run_id=run.run_id, owner="worker-a") is False
+
+
+@ROLLBACK
+def test_a_lease_lapses_when_the_clock_passes_its_expiry(settings):
+    """The lease decision reads the clock it is given: no sleeping for a real expiry."""
+    settings.AGENTCONSOLE_LEASE_TTL_S = 15
+    clock = FakeClock()
+    run = create([final("user-1")])
+    assert lease_acquire(run_id=run.run_id, owner="worker-a", clock=clock)
+    clock.advance(15_000)  # at the expiry: still held
+    assert lease_acquire(run_id=run.run_id, owner="worker-b", clock=clock) is False
+    clock.advance(1)
+    assert lease_acquire(run_id=run.run_id, owner="worker-b", clock=clock) is True
+    assert _lease(run.run_id)[0] == "worker-b"
 
 
 @ROLLBACK

@@ -64,7 +64,9 @@ def wait_rest(
 ) -> dict[str, m.Run]:
     """Poll until every run is terminal. While a run holds a ``started`` ledger row and its
     lease has lapsed (its worker died), sweep into the cluster's queue at most every
-    ``sweep_every_s`` -- what the periodic sweep task does in production."""
+    ``sweep_every_s`` -- what the periodic sweep task does in production. It sleeps between
+    polls because real worker processes do the work; ``timeout_s`` is a generous bound that
+    fails the test with the workers' log, never a claim about speed."""
     run_ids = list(run_ids)
     poll_s = 0.05 if len(run_ids) < 10 else 0.25  # light on a small machine's database
     deadline = time.monotonic() + timeout_s

@@ -160,22 +160,21 @@ def test_cancel_during_an_isolated_write_checks_its_effect(
     assert fk.names(run_id).count("tool.started") == 1
 
 
-@pytest.mark.parametrize(
-    ("fixture", "expected"),
-    [
-        ("faultlab/cancel-unknown-effect.json", ("failed", "TOOL_OUTCOME_UNKNOWN", "unknown")),
-        ("faultlab/cancel-no-effect.json", ("cancelled", "CANCELLED", "failed")),
-    ],
-)
-def test_cancel_fixture_on_the_worker(
-    stack: Cluster, fixture: str, expected: tuple[str, str, str]
-) -> None:
+# The fault-lab cancel scenarios and their (status, stop reason, ledger status).
+CANCEL_FIXTURES = {
+    "faultlab/cancel-unknown-effect.json": ("failed", "TOOL_OUTCOME_UNKNOWN", "unknown"),
+    "faultlab/cancel-no-effect.json": ("cancelled", "CANCELLED", "failed"),
+}
+
+
+@pytest.mark.parametrize("fixture", list(CANCEL_FIXTURES))
+def test_cancel_fixture_on_the_worker(stack: Cluster, fixture: str) -> None:
     """The fault-lab scenario files: the cancel arrives while ``write_artifact`` runs (the
     fault calls ``run_cancel`` from inside the tool and waits for the worker's signal)."""
     run_id = fk.create(fk.fixture_scenario(fixture), stack)
     run = fk.wait_rest([run_id], stack, timeout_s=20)[run_id]
 
-    status, reason, ledger_status = expected
+    status, reason, ledger_status = CANCEL_FIXTURES[fixture]
     assert (run.status, run.stop_reason) == (status, reason)
     fk.assert_consistent(run)
     assert list(run.ledger.values_list("tool_name", "status")) == [

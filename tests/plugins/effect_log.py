@@ -147,6 +147,13 @@ def _contract(**kwargs: Any) -> ToolContract:
     )
 
 
+def _appending(**kwargs: Any) -> ToolContract:
+    """A tool that appends to the effect log: irreversible, answered by ``reconcile``."""
+    return _contract(
+        output_schema=_ENTRY_OUT, side_effect=SideEffect.IRREVERSIBLE, reconcile=reconcile, **kwargs
+    )
+
+
 def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """An input object with exactly these properties."""
     return {
@@ -158,7 +165,7 @@ def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 TOOLS = [
-    _contract(
+    _appending(
         name="append_entry",
         description="Append one entry to the external effect log (never deduplicated).",
         input_schema=_closed(
@@ -168,11 +175,8 @@ TOOLS = [
             },
             ["entry"],
         ),
-        output_schema=_ENTRY_OUT,
-        side_effect=SideEffect.IRREVERSIBLE,
         timeout_ms=20_000,
         execute=append_entry,
-        reconcile=reconcile,
     ),
     _contract(
         name="hang_read",
@@ -194,7 +198,7 @@ TOOLS = [
         execute=hang_read,
         isolated=True,
     ),
-    _contract(
+    _appending(
         name="append_then_hang",
         description="Append one entry, then hang ignoring cooperative cancel.",
         input_schema=_closed(
@@ -204,11 +208,8 @@ TOOLS = [
             },
             ["entry", "seconds"],
         ),
-        output_schema=_ENTRY_OUT,
-        side_effect=SideEffect.IRREVERSIBLE,
         timeout_ms=60_000,
         execute=append_then_hang,
-        reconcile=reconcile,
         isolated=True,
     ),
 ]

@@ -105,9 +105,22 @@ def run_command(path: Path | str) -> ScenarioResult:
 def rejected_then_answered(result: ScenarioResult, layer: str, codes: list[str]) -> None:
     """p1..pN were rejected at ``layer`` with ``codes``; then one search ran and the answer
     citing it was validated."""
-    assert result.rejections() == [(f"p{i}", layer, code) for i, code in enumerate(codes, 1)]
+    completed_with(
+        result,
+        [(f"p{i}", layer, code) for i, code in enumerate(codes, 1)],
+        [(f"p{len(codes) + 1}", "search_public", "succeeded")],
+    )
+
+
+def completed_with(
+    result: ScenarioResult,
+    rejections: list[tuple[str, str, str]],
+    ledger: list[tuple[str, str, str]],
+) -> None:
+    """The run completed on a validated answer, with these rejections and ledger rows."""
+    assert result.rejections() == rejections
     assert (result.status, result.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
-    assert result.ledger_rows() == [(f"p{len(codes) + 1}", "search_public", "succeeded")]
+    assert result.ledger_rows() == ledger
 
 
 def nothing_remembered(result: ScenarioResult) -> None:

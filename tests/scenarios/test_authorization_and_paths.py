@@ -14,7 +14,7 @@ import pytest
 from memory.models import PreferenceRecord
 from policy.models import Confirmation
 from runs.models import Artifact, LedgerEntry
-from tests.scenarios.conftest import nothing_remembered, rejected_then_answered
+from tests.scenarios.conftest import completed_with, nothing_remembered, rejected_then_answered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,10 +130,11 @@ def test_valid_write_artifact_stores_the_file_and_its_hash(
 def test_grant_constraint_narrows_the_scope(run_scenario, run_output_root, list_files):
     result = run_scenario("s15-grant-constraint")
 
-    assert result.rejections() == [("p1", "authorization", "CAPABILITY_CONSTRAINT_VIOLATED")]
-    assert result.status == "completed"
-    assert result.stop_reason == "FINAL_ANSWER_VALIDATED"
-    assert result.ledger_rows() == [("p2", "write_artifact", "succeeded")]
+    completed_with(
+        result,
+        [("p1", "authorization", "CAPABILITY_CONSTRAINT_VIOLATED")],
+        [("p2", "write_artifact", "succeeded")],
+    )
     assert [a["path"] for a in result.artifacts] == ["run-output/reports/ok.txt"]
     assert Artifact.objects.count() == 1
     run_dir = run_output_root / result.run_id
