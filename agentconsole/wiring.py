@@ -30,6 +30,7 @@ from policy.domain.errors import RegistryError
 from policy.domain.registry import ToolRegistry
 from runs import tasks
 from runs.context import RunsContext
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
 from runs.domain.runner import Runner
 from runs.doorbell import ring_after_commit
@@ -104,13 +105,14 @@ def store(lease_owner: str | None = None) -> OrmRunStore:
     return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
-def executor() -> ThreadExecutor:
+def executor(clock: Clock = SYSTEM_CLOCK) -> ThreadExecutor:
     common: dict[str, Any] = {
         "registry": registry(),
         "secrets": getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
         "services": {"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
         # A tool thread opens its own database connection; close it when the thread ends.
         "on_thread_exit": connections.close_all,
+        "clock": clock.now_ms,
     }
     if not getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False):
         # Production: no fault layer at all (issue 9 item 6), in this process or in the child.
@@ -118,13 +120,14 @@ def executor() -> ThreadExecutor:
     return FaultingExecutor(**common, isolated_call=functools.partial(run_isolated, faults=True))
 
 
-def runner(lease_owner: str | None = None) -> Runner:
+def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runner:
     return Runner(
         store=store(lease_owner),
-        watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner),
+        watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner, clock=clock),
         registry=registry(),
-        executor=executor(),
+        executor=executor(clock),
         planner_for=planner_for,
+        clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),
     )
@@ -138,8 +141,8 @@ def context() -> RunsContext:
     """
     return RunsContext(
         store=lambda lease_owner=None: store(lease_owner),
-        runner=lambda lease_owner=None: runner(lease_owner),
+        runner=lambda lease_owner=None, clock=SYSTEM_CLOCK: runner(lease_owner, clock),
         registry=lambda: registry(),
-        executor=lambda: executor(),
+        executor=lambda clock=SYSTEM_CLOCK: executor(clock),
         enqueue=tasks.enqueue_advance,
     )

@@ -35,16 +35,14 @@ def _noop_contract():
     )
 
 
-def bench_gate(ctx: Context) -> dict[str, Any]:
-    """Parse + evaluate over a realistic mix, one core, validators compiled once."""
-    from agentconsole import wiring
+def _gate_inputs() -> tuple[Any, list[Any], list[Any], list[dict[str, Any]]]:
+    """A running run, its grants and an approved confirmation, and a realistic mix of planner
+    outputs (allowed, needing the confirmation, invalid, ungranted, unconfirmed)."""
     from policy.domain.canonical import proposal_hash
     from policy.domain.confirmations import Confirmation, ConfirmationStatus
-    from policy.domain.gate import RunView, evaluate
+    from policy.domain.gate import RunView
     from policy.domain.grants import CapabilityGrant
-    from policy.domain.proposals import parse_planner_output
 
-    registry = wiring.registry()
     run = RunView(
         run_id="r1",
         subject="alice",
@@ -99,6 +97,17 @@ def bench_gate(ctx: Context) -> dict[str, Any]:
         out("p4", "write_artifact", {"path": "run-output/a.md", "content": "hello"}),
         out("p5", "save_preference", {"key": "answer_language", "value": "en"}),
     ]
+    return run, grants, confirmations, mix
+
+
+def bench_gate(ctx: Context, *, reps: int = REPS, seconds: float = 1.0) -> dict[str, Any]:
+    """Parse + evaluate over a realistic mix, one core, validators compiled once."""
+    from agentconsole import wiring
+    from policy.domain.gate import evaluate
+    from policy.domain.proposals import parse_planner_output
+
+    registry = wiring.registry()
+    run, grants, confirmations, mix = _gate_inputs()
     kinds = [
         type(
             evaluate(
@@ -113,9 +122,9 @@ def bench_gate(ctx: Context) -> dict[str, Any]:
         for m in mix
     ]
     rates = []
-    for _ in range(REPS):
+    for _ in range(reps):
         n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < 1.0:
+        while time.perf_counter() - start < seconds:
             for raw in mix:
                 evaluate(
                     parse_planner_output(raw),
@@ -131,7 +140,7 @@ def bench_gate(ctx: Context) -> dict[str, Any]:
         "gate_decisions_per_s": {
             **summary(rates),
             "target": 20_000,
-            "how": f"parse + evaluate, mix {kinds}, {REPS} x 1 s, one thread",
+            "how": f"parse + evaluate, mix {kinds}, {reps} x {seconds:g} s, one thread",
         }
     }
 

@@ -25,6 +25,7 @@ from policy.domain.errors import DomainError, NotFound
 from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.context import RunsContext
+from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 
 CHANGE_TTL = timedelta(minutes=15)
 
@@ -162,7 +163,13 @@ def _conflict(record: PreferenceRecord, proposed: str) -> WriteResult:
 
 
 def preference_propose_edit(
-    *, subject: str, key: str, value: str, expected_version: int | None, by: Any
+    *,
+    subject: str,
+    key: str,
+    value: str,
+    expected_version: int | None,
+    by: Any,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> PreferenceChange:
     """Step 1 of a user's own edit: validate, then create a pending change bound to the hash
     of exactly (subject, key, value, expected_version). Nothing is written yet."""
@@ -180,11 +187,13 @@ def preference_propose_edit(
         expected_version=expected_version,
         proposal_hash=proposal_hash,
         requested_by=by,
-        expires_at=timezone.now() + CHANGE_TTL,
+        expires_at=as_datetime(clock.now_ms()) + CHANGE_TTL,
     )
 
 
-def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteResult:
+def preference_apply_edit(
+    *, change_id: int, shown_hash: str, by: Any, clock: Clock = SYSTEM_CLOCK
+) -> WriteResult:
     """Step 2: the owner confirms the change they were shown (by its hash); apply with CAS.
 
     A stale version is recorded as a conflict with the current and the proposed value.
@@ -200,7 +209,7 @@ def preference_apply_edit(*, change_id: int, shown_hash: str, by: Any) -> WriteR
     if change.proposal_hash != shown_hash:
         # A 409 as for run confirmations (the API maps the code).
         raise MemoryError("the change shown is not this change", code="CONFIRMATION_HASH_MISMATCH")
-    if change.expires_at <= timezone.now():
+    if change.expires_at <= as_datetime(clock.now_ms()):
         PreferenceChange.objects.filter(pk=change.pk, status=ChangeStatus.PENDING).update(
             status=ChangeStatus.EXPIRED
         )

@@ -36,10 +36,12 @@ class Enqueue(Protocol):
 class RunsContext:
     # store(lease_owner=None): the run store; with an owner, every write also checks the lease.
     store: Callable[..., OrmRunStore]
-    # runner(lease_owner=None): the runner loop around the store, registry, executor, planner.
+    # runner(lease_owner=None, clock=system): the runner loop around the store, registry,
+    # executor and planner.
     runner: Callable[..., Runner]
     registry: Callable[[], ToolRegistry]
-    executor: Callable[[], ThreadExecutor]
+    # executor(clock=system): the tool executor (deadlines read from the clock).
+    executor: Callable[..., ThreadExecutor]
     # Sends the Celery message that advances a run (runs.tasks owns the task).
     enqueue: Enqueue
 

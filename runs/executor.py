@@ -18,6 +18,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import scrub
 from policy.domain.registry import ToolRegistry
+from runs.domain.clock import SYSTEM_CLOCK
 from runs.domain.runner import Execution
 from runs.domain.state import RunState
 
@@ -38,7 +39,7 @@ class ThreadExecutor:
         secrets: Mapping[str, Mapping[str, str]] | None = None,
         services: Mapping[str, Any] | None = None,
         on_thread_exit: Callable[[], None] | None = None,
-        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         isolated_call: Call | None = None,
     ) -> None:
         self.registry = registry

@@ -8,7 +8,6 @@ table like any other command.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.db import transaction
@@ -24,6 +23,7 @@ from runs import models as m
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
 from runs.domain import trace as ev
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.handoff import HandoffStatus
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, StopReason
@@ -73,7 +73,13 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
 
 
 def handoff_resolve(
-    *, handoff_id: int, by: Any, action: str, reason: str, ctx: RunsContext | None = None
+    *,
+    handoff_id: int,
+    by: Any,
+    action: str,
+    reason: str,
+    ctx: RunsContext | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> m.Handoff:
     """Resolve a claimed handoff with one command; the effect check comes from the reviewer
     (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it."""
@@ -108,7 +114,7 @@ def handoff_resolve(
         if row is None:
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
         new_status, outcome = _effect_action(
-            action, row, store, ctx, by=actor_name(by), reason=reason
+            action, row, store, ctx, by=actor_name(by), reason=reason, clock=clock
         )
         result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
     with transaction.atomic():
@@ -149,7 +155,14 @@ def handoff_resolve(
 
 
 def _effect_action(
-    action: str, row: m.LedgerEntry, store: Any, ctx: RunsContext, *, by: str, reason: str
+    action: str,
+    row: m.LedgerEntry,
+    store: Any,
+    ctx: RunsContext,
+    *,
+    by: str,
+    reason: str,
+    clock: Clock,
 ) -> tuple[LedgerStatus, dict[str, Any]]:
     if action == "mark_effect_present":
         return LedgerStatus.RECONCILED, {"effect": "present"}
@@ -160,13 +173,14 @@ def _effect_action(
         raise HandoffError("the tool is no longer registered", code="UNKNOWN_TOOL_OR_VERSION")
     contract = registered.contract
     state = store.load(row.run_id)
+    now_ms = clock.now_ms()
     command = reissue(
         command_from_row(row),
-        run_deadline_ms=max(state.deadline_ms, int(time.time() * 1000) + contract.timeout_ms),
-        now_ms=int(time.time() * 1000),
+        run_deadline_ms=max(state.deadline_ms, now_ms + contract.timeout_ms),
+        now_ms=now_ms,
         timeout_ms=contract.timeout_ms,
     )
-    executor = ctx.executor()
+    executor = ctx.executor(clock)
     if action == "retry_same_token":
         # Same command, same idempotency token: an idempotent tool cannot double the effect.
         execution = executor.run(command, contract, state, CancelSignal())

@@ -19,9 +19,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connections
 from django.db.models import Q
-from django.utils import timezone
 
 from policy.domain.contracts import CancelSignal
+from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.machine import Status
 from runs.models import Run
 
@@ -44,7 +44,9 @@ def new_owner() -> str:
 HANDED_BACK = "queued:"
 
 
-def lease_acquire(*, run_id: str, owner: str, handed_back: str | None = None) -> bool:
+def lease_acquire(
+    *, run_id: str, owner: str, handed_back: str | None = None, clock: Clock = SYSTEM_CLOCK
+) -> bool:
     """Take the lease if it is free, expired or already ours. True iff we hold it now.
 
     ``handed_back``: the message a hand-back sent takes the run only while the run still
@@ -52,7 +54,7 @@ def lease_acquire(*, run_id: str, owner: str, handed_back: str | None = None) ->
     the queue) then finds another name and drops out, so duplicates never multiply into extra
     turns; the run is never left without a message, since a newer name means a newer message.
     """
-    now = timezone.now()
+    now = as_datetime(clock.now_ms())
     if handed_back is not None:
         claimable = Q(lease_owner=handed_back)
     else:
@@ -66,20 +68,22 @@ def lease_acquire(*, run_id: str, owner: str, handed_back: str | None = None) ->
     return taken == 1
 
 
-def lease_hand_back(*, run_id: str, owner: str) -> str | None:
+def lease_hand_back(*, run_id: str, owner: str, clock: Clock = SYSTEM_CLOCK) -> str | None:
     """Release our lease naming the message that will carry the run next; None if we no longer
     held it. The lease is expired at once: any other message (a decision, a cancel, the
     sweeper) may take the run too, exactly as after ``lease_release``."""
     name = f"{HANDED_BACK}{uuid.uuid4().hex}"
+    # One millisecond in the past: the clock reads whole milliseconds, and a lease that
+    # expires "now" would still be held by ``lease_acquire``'s strict comparison.
     released = Run.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_owner=name, lease_expires_at=timezone.now()
+        lease_owner=name, lease_expires_at=as_datetime(clock.now_ms() - 1)
     )
     return name if released == 1 else None
 
 
-def lease_renew(*, run_id: str, owner: str) -> bool:
+def lease_renew(*, run_id: str, owner: str, clock: Clock = SYSTEM_CLOCK) -> bool:
     renewed = Run.objects.filter(pk=run_id, lease_owner=owner).update(
-        lease_expires_at=timezone.now() + lease_ttl()
+        lease_expires_at=as_datetime(clock.now_ms()) + lease_ttl()
     )
     return renewed == 1
 
@@ -89,7 +93,9 @@ def lease_release(*, run_id: str, owner: str) -> None:
 
 
 @contextlib.contextmanager
-def watch_tool(run_id: str, cancel: CancelSignal, *, owner: str | None) -> Iterator[None]:
+def watch_tool(
+    run_id: str, cancel: CancelSignal, *, owner: str | None, clock: Clock = SYSTEM_CLOCK
+) -> Iterator[None]:
     """While a tool runs: renew the lease and turn a ``cancelling`` run into a cancel signal.
 
     The cancel request is a database write by whoever cancels (API, console, command, the
@@ -104,7 +110,7 @@ def watch_tool(run_id: str, cancel: CancelSignal, *, owner: str | None) -> Itera
                 status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
                 if status == Status.CANCELLING.value and not cancel.cancelled:
                     cancel.cancel("CANCEL_REQUESTED")
-                if owner is not None and not lease_renew(run_id=run_id, owner=owner):
+                if owner is not None and not lease_renew(run_id=run_id, owner=owner, clock=clock):
                     # Someone else holds the run now; stop our tool as soon as it allows.
                     log.warning("lease of run %s lost while a tool ran", run_id)
                     cancel.cancel("LEASE_LOST")

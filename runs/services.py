@@ -6,7 +6,6 @@ Celery tasks, management commands) call these and nothing below them.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
+from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.commits import Commit
 from runs.domain.errors import LeaseLost
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
@@ -62,6 +62,7 @@ def run_create(
     queue: str | None = None,
     limits: RunLimits | None = None,
     ctx: RunsContext | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -76,7 +77,7 @@ def run_create(
     if faults:
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = clock.now_ms() if now_ms is None else now_ms
     # The subject's limits (runs.limits; from settings unless given) are checked here, so the
     # API, the scenario runner and the commands share them.
     limits = RunLimits.from_settings() if limits is None else limits
@@ -178,6 +179,7 @@ def run_advance(
     queue: str | None = None,
     handed_back: str | None = None,
     ctx: RunsContext | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunState | None:
     """Advance a run until it waits, stops or ends, holding its lease; None if another worker
     holds it (that worker advances it; this one leaves it alone).
@@ -195,15 +197,15 @@ def run_advance(
     That share is bounded by the active-runs limit (``runs.limits``), not by this function.
     """
     owner = new_owner()
-    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back):
+    if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back, clock=clock):
         if not Run.objects.filter(pk=run_id).exists():
             raise NotFound(f"no run {run_id}", run_id=run_id)
         return None
     next_message = None
     try:
-        state = resolve(ctx).runner(owner).advance(run_id, slice_steps=slice_steps)
+        state = resolve(ctx).runner(owner, clock=clock).advance(run_id, slice_steps=slice_steps)
         if slice_steps and state.status is Status.RUNNING:
-            next_message = lease_hand_back(run_id=run_id, owner=owner)
+            next_message = lease_hand_back(run_id=run_id, owner=owner, clock=clock)
     except LeaseLost:
         return None
     finally:

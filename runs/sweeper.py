@@ -12,18 +12,17 @@ Every step is a compare-and-set; a run that moved meanwhile is simply left for t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
 
 from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
+from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
 
@@ -43,10 +42,13 @@ def sweep(
     enqueue: bool = True,
     queue: str | None = None,
     ctx: RunsContext | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> SweepReport:
-    """One sweep. ``enqueue=False`` advances stranded runs in this process instead."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    now = timezone.now()
+    """One sweep. ``enqueue=False`` advances stranded runs in this process instead (on
+    ``clock``, which also decides which leases have lapsed). ``now_ms`` overrides only the
+    reading the deadlines are compared with."""
+    now = as_datetime(clock.now_ms())
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     report = SweepReport()
     store = resolve(ctx).store()
 
@@ -75,5 +77,5 @@ def sweep(
         if enqueue:
             services.enqueue_advance(run_id, queue=queue)
         else:
-            services.run_advance(run_id=run_id, ctx=ctx)
+            services.run_advance(run_id=run_id, ctx=ctx, clock=clock)
     return report

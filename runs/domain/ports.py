@@ -52,7 +52,3 @@ class RunStore(Protocol):
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed and whose outcome did not, with its attempt."""
         ...
-
-
-class Clock(Protocol):
-    def now_ms(self) -> int: ...

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -24,12 +23,13 @@ from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
+from runs.domain.clock import Clock, SystemClock
 from runs.domain.commits import Commit
 from runs.domain.decide import decide
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status, StopReason
 from runs.domain.planning import Planner, PlannerContext, PlannerError
-from runs.domain.ports import Clock, RunStore
+from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
 
@@ -86,11 +86,6 @@ class StepQuota(Protocol):
 def _plans_next(state: RunState) -> bool:
     """The run's next move is a new planner step (where a slice may end)."""
     return state.status is Status.RUNNING and state.pending_proposal is None
-
-
-class SystemClock:
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
 
 
 class Runner:

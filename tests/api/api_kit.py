@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 import runs
 from memory import services as memory_services
@@ -24,9 +19,16 @@ from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.scenarios import parse_scenario, run_scenario
 
-PASSWORD = "api-tests-only-password"
+# The personas live in tests/support/personas.py; the API tests know them as kit.<name>.
+from tests.support.personas import PASSWORD as PASSWORD
+from tests.support.personas import People as People
+from tests.support.personas import Persona as Persona
+from tests.support.personas import anonymous as anonymous
+from tests.support.personas import ensure_roles as ensure_roles
+from tests.support.personas import make_persona as make_persona
+from tests.support.personas import persona as persona
+
 FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
-ROLES = ("operator", "reviewer", "user", "admin")
 HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
 
 # The codes a client may rely on (policy/http.py, runs/services.py, runs/handoffs.py,
@@ -42,93 +44,6 @@ CONFIRMATION_NOT_PENDING = "CONFIRMATION_NOT_PENDING"
 HANDOFF_NOT_OPEN = "HANDOFF_NOT_OPEN"
 MEMORY_SCOPE_NOT_OWNED = "MEMORY_SCOPE_NOT_OWNED"
 PREFERENCE_VERSION_CONFLICT = "PREFERENCE_VERSION_CONFLICT"
-
-
-# --- personas ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Persona:
-    """One caller: a user (None for the anonymous client), its API token and a client that sends
-    ``Authorization: Token ...`` on every request (scripts' auth; CSRF does not apply)."""
-
-    name: str
-    user: Any
-    token: str | None
-    client: APIClient = field(repr=False)
-
-    @property
-    def username(self) -> str:
-        return self.user.get_username() if self.user is not None else ""
-
-    def get(self, path: str, data: Any = None, **extra: Any) -> Any:
-        return self.client.get(path, data, **extra)
-
-    def post(self, path: str, data: Any = None, **extra: Any) -> Any:
-        """POST ``data`` as JSON (``None``: an empty JSON object)."""
-        return self.client.post(path, {} if data is None else data, format="json", **extra)
-
-    def post_raw(self, path: str, body: bytes | str, content_type: str) -> Any:
-        return self.client.post(path, data=body, content_type=content_type)
-
-
-def ensure_roles() -> dict[str, Group]:
-    """The role groups come from policy/migrations/0002_roles.py; a flush by an earlier
-    transactional test empties the table, so they are re-created here when missing."""
-    return {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
-
-
-def make_persona(
-    name: str, *, roles: tuple[str, ...] = (), superuser: bool = False, token: bool = True
-) -> Persona:
-    groups = ensure_roles()
-    User = get_user_model()
-    if superuser:
-        user = User.objects.create_superuser(name, f"{name}@example.test", PASSWORD)
-    else:
-        user = User.objects.create_user(name, f"{name}@example.test", PASSWORD)
-    for role in roles:
-        user.groups.add(groups[role])
-    client = APIClient()
-    key = None
-    if token:
-        key = Token.objects.create(user=user).key
-        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return Persona(name=name, user=user, token=key, client=client)
-
-
-def anonymous() -> Persona:
-    return Persona(name="anonymous", user=None, token=None, client=APIClient())
-
-
-class People:
-    """The personas, each created on first use (a test pays only for the users it needs)."""
-
-    ROLES: dict[str, tuple[str, ...]] = {
-        "alice": ("user",),
-        "bob": ("user",),
-        "operator": ("operator",),
-        "reviewer": ("reviewer",),
-        "reviewer2": ("reviewer",),
-        "admin": ("admin",),
-    }
-
-    def __init__(self) -> None:
-        self.anonymous = anonymous()
-
-    def __getattr__(self, name: str) -> Persona:
-        if name == "root":
-            made = make_persona("root", superuser=True)
-        elif name in self.ROLES:
-            made = make_persona(name, roles=self.ROLES[name])
-        else:
-            raise AttributeError(name)
-        setattr(self, name, made)
-        return made
-
-
-def persona(people: People, name: str) -> Persona:
-    return getattr(people, name)
 
 
 # --- responses --------------------------------------------------------------------------------

@@ -1,26 +1,7 @@
 """HTTP API acceptance tests (issue 5, SPEC §7): every route for every persona, the error shape,
 session/CSRF and token auth, the 20-way approval race and a bounded schemathesis run.
 
-The personas (``people`` fixture) and what each may do — policy/roles.py, runs/apis.py,
-memory/apis.py:
-
-- ``anonymous``: no credentials. Only the schema, the docs and the token endpoint answer; every
-  other route is NOT_AUTHENTICATED.
-- ``alice`` (group ``user``): owns runs. Starts runs for herself only (no grants, no other
-  subject); sees, cancels and decides the confirmations of her own runs; reads and edits her own
-  memory. No handoffs, no queue counts.
-- ``bob`` (group ``user``): same rights as alice, on his own runs and memory; the outsider for
-  alice's objects: her runs and confirmations are NOT_FOUND to him (existence not disclosed), her
-  memory is MEMORY_SCOPE_NOT_OWNED.
-- ``operator`` (group ``operator``): reads every run, decides every confirmation, cancels any
-  run, grants capabilities to the runs it starts; reads handoffs, but does not claim or resolve
-  them; no other subject's memory.
-- ``reviewer`` and ``reviewer2`` (group ``reviewer``): read every run; claim and resolve
-  handoffs (a handoff claimed by one is PERMISSION_DENIED to the other); do not decide
-  confirmations, cancel others' runs or grant; no other subject's memory.
-- ``admin`` (group ``admin``): everything, including another subject's memory (``?subject=``)
-  and starting runs for another subject.
-- ``root`` (a superuser in no group): the same as ``admin``.
+The personas (``people`` fixture) and what each may do: tests/support/personas.py.
 
 Every client except ``anonymous`` authenticates with ``Authorization: Token ...``; session auth
 (and its CSRF check) has its own tests in test_auth.py.
@@ -40,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from runs import services
 from tests.api.api_kit import People, ensure_roles
@@ -124,13 +104,3 @@ def people() -> People:
     """The personas (see the module docstring for each one's rights)."""
     ensure_roles()
     return People()
-
-
-@pytest.fixture
-def postgres_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: SQLite serializes every writer, so 20 parallel approvals there "
-            "prove nothing (set DATABASE_URL=postgres://...; this run uses "
-            f"{connection.vendor})"
-        )

@@ -99,6 +99,27 @@ def _run(suffix: str = "") -> Call:
     return lambda p, w: p.get(f"/api/runs/{w.run.run_id}/{suffix}")
 
 
+def _decide(verb: str) -> Route:
+    """Approve or decline the waiting run's confirmation, with the hash that was shown."""
+    return Route(
+        f"POST confirmation {verb}",
+        lambda p, w: p.post(
+            f"/api/confirmations/{w.run.confirmation_id}/{verb}/",
+            {"proposal_hash": w.run.proposal_hash},
+        ),
+        row(ANON, OK, HIDDEN, OK, DENIED, OK),
+    )
+
+
+def _read_alices_memory(name: str, path: str) -> Route:
+    return Route(
+        f"GET {name} ?subject=alice",
+        lambda p, w: p.get(path, {"subject": "alice"}),
+        ALICES_MEMORY,
+        needs=("memory",),
+    )
+
+
 ROUTES = [
     Route("GET schema", lambda p, w: p.get("/api/schema/"), PUBLIC),
     Route("GET docs", lambda p, w: p.get("/api/docs/"), PUBLIC),
@@ -146,22 +167,8 @@ ROUTES = [
         lambda p, w: p.get(f"/api/confirmations/{w.run.confirmation_id}/"),
         READ_RUN,
     ),
-    Route(
-        "POST confirmation approve",
-        lambda p, w: p.post(
-            f"/api/confirmations/{w.run.confirmation_id}/approve/",
-            {"proposal_hash": w.run.proposal_hash},
-        ),
-        row(ANON, OK, HIDDEN, OK, DENIED, OK),
-    ),
-    Route(
-        "POST confirmation decline",
-        lambda p, w: p.post(
-            f"/api/confirmations/{w.run.confirmation_id}/decline/",
-            {"proposal_hash": w.run.proposal_hash},
-        ),
-        row(ANON, OK, HIDDEN, OK, DENIED, OK),
-    ),
+    _decide("approve"),
+    _decide("decline"),
     Route("GET handoffs", lambda p, w: p.get("/api/handoffs/"), STAFF_READ),
     Route(
         "GET handoff",
@@ -184,12 +191,7 @@ ROUTES = [
     # The queue counts are the console badge of operators and reviewers (SPEC §7: pushed to
     # operators); a plain user would learn how many confirmations other users' runs wait for.
     Route("GET queues", lambda p, w: p.get("/api/queues/"), STAFF_READ),
-    Route(
-        "GET preferences ?subject=alice",
-        lambda p, w: p.get("/api/preferences/", {"subject": "alice"}),
-        ALICES_MEMORY,
-        needs=("memory",),
-    ),
+    _read_alices_memory("preferences", "/api/preferences/"),
     Route(
         "POST preference change ?subject=alice",
         lambda p, w: p.post(
@@ -208,18 +210,8 @@ ROUTES = [
         # issue 9 item 14: a change is an object with an id; another subject's is NOT_FOUND.
         row(ANON, OK, HIDDEN, HIDDEN, HIDDEN, OK),
     ),
-    Route(
-        "GET preference history ?subject=alice",
-        lambda p, w: p.get("/api/preferences/history/", {"subject": "alice"}),
-        ALICES_MEMORY,
-        needs=("memory",),
-    ),
-    Route(
-        "GET preference export ?subject=alice",
-        lambda p, w: p.get("/api/preferences/export/", {"subject": "alice"}),
-        ALICES_MEMORY,
-        needs=("memory",),
-    ),
+    _read_alices_memory("preference history", "/api/preferences/history/"),
+    _read_alices_memory("preference export", "/api/preferences/export/"),
     Route(
         "POST preference erase ?subject=alice",
         lambda p, w: p.post("/api/preferences/erase/?subject=alice", {"confirm": True}),

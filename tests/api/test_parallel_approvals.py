@@ -6,7 +6,6 @@ and the run resumed once (waiting_confirmation → running once, one version bum
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from runs import models as m
 from tests.api import api_kit as kit
+from tests.support.races import race
 
 N = 20
 
@@ -40,23 +40,16 @@ def test_twenty_parallel_approvals_decide_once(
     waiting = kit.waiting_run(people.alice.user)
     operators = [kit.make_persona(f"op{i:02d}", roles=("operator",)) for i in range(N)]
     url = f"{live_server.url}/api/confirmations/{waiting.confirmation_id}/approve/"
-    barrier = threading.Barrier(N)
-    results: dict[str, tuple[int, dict[str, Any]]] = {}
-    errors: list[BaseException] = []
-
-    def approve(op: kit.Persona) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[op.name] = post_json(url, op.token, {"proposal_hash": waiting.proposal_hash})
-        except BaseException as exc:  # reported below, with the thread's persona
-            errors.append(exc)
-
-    threads = [threading.Thread(target=approve, args=(op,)) for op in operators]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    answers = race(
+        lambda i: post_json(url, operators[i].token, {"proposal_hash": waiting.proposal_hash}),
+        N,
+        join_s=120,
+    )
+    errors = [a for a in answers if isinstance(a, BaseException)]
     assert not errors, errors
+    results: dict[str, tuple[int, dict[str, Any]]] = {
+        op.name: answer for op, answer in zip(operators, answers, strict=True)
+    }
     assert len(results) == N
 
     statuses = sorted(status for status, _ in results.values())

@@ -1,5 +1,6 @@
 """schemathesis against /api/schema/: every operation, valid and invalid generated requests, a
-bounded number of examples, one check: no 5xx.
+bounded number of examples (derandomized: the same work on every run, so no time budget is
+asserted), one check: no 5xx.
 
 The schema is loaded from the app itself (``schemathesis.openapi.from_wsgi``) and every request
 goes through Django's WSGI handler in this thread. The test is transactional: requests commit for
@@ -11,7 +12,6 @@ and also set to ids of real objects so that generated bodies reach the services.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +27,6 @@ from schemathesis import GenerationMode
 from tests.api import api_kit as kit
 
 MAX_EXAMPLES = 5  # per strategy: valid, invalid, and valid with ids of real objects
-BUDGET_S = 90
 
 
 def real_ids(people: kit.People) -> dict[str, Any]:
@@ -90,7 +89,6 @@ def one_connection() -> Iterator[None]:
 def test_generated_requests_never_get_a_server_error(
     people: kit.People, one_connection: None
 ) -> None:
-    started = time.monotonic()
     schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler())
     ids = real_ids(people)
     auth = {"Authorization": f"Token {people.admin.token}"}
@@ -112,7 +110,6 @@ def test_generated_requests_never_get_a_server_error(
         made, failed = explore(operation, strategies, auth)
         calls += made
         failures += failed
-        assert time.monotonic() - started < BUDGET_S, f"over {BUDGET_S}s after {operation.label}"
 
     assert calls >= len(operations) * 2
     assert not failures, f"{len(failures)} server errors in {calls} calls:\n" + "\n".join(

@@ -14,6 +14,7 @@ from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
+from rest_framework.authtoken.models import Token
 
 from agentconsole.asgi import application
 from policy.models import Confirmation
@@ -22,7 +23,8 @@ from runs import services
 from runs.corpus import demo_corpus_dir, document_load
 from runs.domain.budgets import RunBudgets
 from tests.api import api_kit as kit
-from tests.services.db_scan import scan
+from tests.support.db_scan import scan
+from tests.support.planner import tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,17 +32,6 @@ OPENAI = "sk-live-abc123def456ghi789jkl012"
 PASSWORD = "hunter2"
 SECRETS = (OPENAI, PASSWORD)
 WITH_SECRETS = f"use {OPENAI} and password={PASSWORD}"
-
-
-def _tool(pid: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": name,
-        "tool_version": "1",
-        "arguments": arguments,
-        "source_observation_ids": ["user-1"],
-    }
 
 
 def _start(owner: Any, outputs: list[dict[str, Any]], **extra: Any) -> str:
@@ -65,7 +56,7 @@ def _start(owner: Any, outputs: list[dict[str, Any]], **extra: Any) -> str:
 
 
 def _frames(run_id: str, user: Any) -> list[dict[str, Any]]:
-    token = kit.Token.objects.get_or_create(user=user)[0].key
+    token = Token.objects.get_or_create(user=user)[0].key
 
     async def read() -> list[dict[str, Any]]:
         comm = WebsocketCommunicator(
@@ -97,11 +88,11 @@ def test_a_secret_in_a_goal_argument_answer_or_reason_is_stored_and_sent_only_as
     for path in sorted(demo_corpus_dir().glob("*.md")):
         document_load(path=path)
     alice = people.alice
-    note = _tool("p2", "write_artifact", {"path": "run-output/n.txt", "content": WITH_SECRETS})
+    note = tool_call("p2", "write_artifact", {"path": "run-output/n.txt", "content": WITH_SECRETS})
     done = _start(
         alice.user,
         [
-            _tool("p1", "search_public", {"query": f"retry {WITH_SECRETS}"}),
+            tool_call("p1", "search_public", {"query": f"retry {WITH_SECRETS}"}),
             note,
             {"kind": "final", "answer": WITH_SECRETS, "citation_observation_ids": ["tool-1"]},
         ],
@@ -116,7 +107,7 @@ def test_a_secret_in_a_goal_argument_answer_or_reason_is_stored_and_sent_only_as
     )
     # Out of steps after one search: a handoff bundle with the goal and the last observations.
     handed = _start(
-        alice.user, [_tool("p1", "search_public", {"query": WITH_SECRETS})] * 2, max_steps=1
+        alice.user, [tool_call("p1", "search_public", {"query": WITH_SECRETS})] * 2, max_steps=1
     )
     cancelled = _start(alice.user, [])
     for run_id in (done, handed):
@@ -159,7 +150,7 @@ def test_the_admin_shows_no_field_the_trace_redacts(people: kit.People) -> None:
     including the fields a contract marks as redacted (write_artifact's ``content``) that the
     trace never shows."""
     private = "my private diary entry"
-    note = _tool("p1", "write_artifact", {"path": "run-output/d.txt", "content": private})
+    note = tool_call("p1", "write_artifact", {"path": "run-output/d.txt", "content": private})
     run_id = _start(
         people.alice.user,
         [note],

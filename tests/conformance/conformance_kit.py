@@ -35,6 +35,7 @@ from runs.domain.planning import FixturePlanner, PlannerContext
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
+from tests.support.planner import tool_call
 
 NOW_MS = 1_700_000_000_000
 SUBJECT = "alice"
@@ -55,31 +56,38 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
 
 # A read tool whose results are outside content, and a write tool that needs a per-call
 # confirmation: enough to reach every kind of write a commit can carry.
-READ_NOTE = ToolContract(
-    name="read_note",
-    version="1",
-    description="Read a note by name.",
-    input_schema=_object({"name": {"type": "string", "minLength": 1, "maxLength": 64}}),
-    output_schema=_object({"text": {"type": "string"}}),
-    required_capabilities=("notes:read",),
+def _note_contract(
+    spec: tuple[str, str, str, str], output: dict[str, Any], **fields: Any
+) -> ToolContract:
+    """A version-1 contract, never executed. ``spec``: (name, description, its one string
+    argument, the capability it requires)."""
+    name, description, field, capability = spec
+    return ToolContract(
+        name=name,
+        version="1",
+        description=description,
+        input_schema=_object({field: {"type": "string", "minLength": 1, "maxLength": 64}}),
+        output_schema=_object(output),
+        required_capabilities=(capability,),
+        timeout_ms=1_000,
+        execute=_never_called,
+        **fields,
+    )
+
+
+READ_NOTE = _note_contract(
+    ("read_note", "Read a note by name.", "name", "notes:read"),
+    {"text": {"type": "string"}},
     side_effect=SideEffect.READ,
     confirmation=ConfirmationMode.NEVER,
-    timeout_ms=1_000,
-    execute=_never_called,
     logged_fields=("name",),
     output_trust=TrustLabel.UNTRUSTED_CONTENT,
 )
-WRITE_NOTE = ToolContract(
-    name="write_note",
-    version="1",
-    description="Write a note for the run's subject.",
-    input_schema=_object({"text": {"type": "string", "minLength": 1, "maxLength": 64}}),
-    output_schema=_object({"saved": {"type": "boolean"}}),
-    required_capabilities=("notes:write",),
+WRITE_NOTE = _note_contract(
+    ("write_note", "Write a note for the run's subject.", "text", "notes:write"),
+    {"saved": {"type": "boolean"}},
     side_effect=SideEffect.IDEMPOTENT_WRITE,
     confirmation=ConfirmationMode.PER_CALL,
-    timeout_ms=1_000,
-    execute=_never_called,
     resource=SubjectResource(),
 )
 REGISTRY = ToolRegistry([READ_NOTE, WRITE_NOTE])
@@ -90,25 +98,11 @@ CONTRACTS = {c.name: c for c in (READ_NOTE, WRITE_NOTE)}
 
 
 def read(pid: str, name: str, sources: Sequence[str] = ("user-1",)) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "read_note",
-        "tool_version": "1",
-        "arguments": {"name": name},
-        "source_observation_ids": list(sources),
-    }
+    return tool_call(pid, "read_note", {"name": name}, sources=sources)
 
 
 def write(pid: str, text: str) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "write_note",
-        "tool_version": "1",
-        "arguments": {"text": text},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "write_note", {"text": text})
 
 
 def unknown(pid: str, x: str) -> dict[str, Any]:

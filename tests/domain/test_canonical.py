@@ -356,14 +356,27 @@ json_values = st.recursive(
 json_objects = st.dictionaries(st.text(max_size=4), json_values, min_size=1, max_size=4)
 
 
-def _shuffled(value: Any, rnd: random.Random) -> Any:
+def _respelled(value: Any, rnd: random.Random, *, numbers: bool = True) -> Any:
+    """The same JSON value, spelled differently: key order and (with ``numbers``) 1 as 1.0,
+    0 as -0.0."""
     if isinstance(value, dict):
         keys = list(value)
         rnd.shuffle(keys)
-        return {k: _shuffled(value[k], rnd) for k in keys}
+        return {k: _respelled(value[k], rnd, numbers=numbers) for k in keys}
     if isinstance(value, list):
-        return [_shuffled(v, rnd) for v in value]
+        return [_respelled(v, rnd, numbers=numbers) for v in value]
+    if not numbers:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and rnd.random() < 0.5:
+        return -0.0 if value == 0 else float(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
     return value
+
+
+def _shuffled(value: Any, rnd: random.Random) -> Any:
+    """The same JSON value with its keys in another order."""
+    return _respelled(value, rnd, numbers=False)
 
 
 @settings(max_examples=100, deadline=None)
@@ -477,21 +490,6 @@ def test_c2_is_exactly_rfc8785(value):
     import rfc8785
 
     assert canonical(value, "c2") == rfc8785.dumps(value).decode("utf-8")
-
-
-def _respelled(value: Any, rnd: random.Random) -> Any:
-    """The same JSON value, spelled differently: key order, 1 as 1.0, 0 as -0.0."""
-    if isinstance(value, dict):
-        keys = list(value)
-        rnd.shuffle(keys)
-        return {k: _respelled(value[k], rnd) for k in keys}
-    if isinstance(value, list):
-        return [_respelled(v, rnd) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and rnd.random() < 0.5:
-        return -0.0 if value == 0 else float(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    return value
 
 
 @settings(max_examples=300, deadline=None)

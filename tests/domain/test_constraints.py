@@ -20,23 +20,15 @@ from pydantic import ValidationError
 from policy.domain.canonical import arguments_hash
 from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.decisions import Execute, Reject
-from policy.domain.gate import RunView, evaluate
+from policy.domain.gate import evaluate
 from policy.domain.grants import Constraint, url_host
 from policy.domain.proposals import ActionProposal, parse_planner_output
 from policy.domain.registry import ToolRegistry
 from runs.tools import artifacts, search
-from tests.domain.toolkit import RUN_ID, SUBJECT, Toolkit, grant, tool
+from tests.domain.toolkit import RUN_ID, SUBJECT, Toolkit, grant, run_view, tool
 
 NOW = 1_000_000
-RUN = RunView(
-    run_id=RUN_ID,
-    subject=SUBJECT,
-    status="running",
-    step=2,
-    tool_calls=0,
-    max_tool_calls=5,
-    deadline_ms=NOW + 60_000,
-)
+RUN = run_view(NOW + 60_000)
 REGISTRY = ToolRegistry([artifacts.contract(), search.contract(), Toolkit().kv_contract()])
 REPORTS = "run-output/reports/"
 

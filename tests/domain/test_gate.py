@@ -31,6 +31,7 @@ from policy.domain.grants import Constraint
 from policy.domain.proposals import ActionProposal, parse_planner_output
 from policy.domain.registry import ToolRegistry
 from tests.domain.toolkit import RUN_ID, SUBJECT, Toolkit, grant, tool
+from tests.domain.toolkit import run_view as toolkit_run_view
 
 NOW = 1_000_000
 DEADLINE = NOW + 60_000
@@ -55,16 +56,7 @@ def registry(kit: Toolkit) -> ToolRegistry:
 
 
 def run_view(**changes: Any) -> RunView:
-    base = RunView(
-        run_id=RUN_ID,
-        subject=SUBJECT,
-        status="running",
-        step=2,
-        tool_calls=0,
-        max_tool_calls=5,
-        deadline_ms=DEADLINE,
-    )
-    return dataclasses.replace(base, **changes)
+    return toolkit_run_view(DEADLINE, **changes)
 
 
 def proposal(name: str, arguments: Any, *, version: str = "1", pid: str = "p1") -> ActionProposal:

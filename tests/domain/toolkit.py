@@ -6,6 +6,7 @@ tool really ran (not how often the trace says it ran). Nothing here touches Djan
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections import Counter
@@ -25,6 +26,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
+from policy.domain.gate import RunView
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome
@@ -34,6 +36,7 @@ from runs.domain.planning import FixturePlanner
 from runs.domain.runner import Runner
 from runs.domain.state import RunState
 from runs.executor import ThreadExecutor
+from tests.support.planner import tool_call
 
 RUN_ID = "run-1"
 SUBJECT = "alice"
@@ -161,26 +164,22 @@ class Toolkit:
     # ---- contracts ---------------------------------------------------------------------------
 
     def search_contract(self) -> ToolContract:
-        return ToolContract(
-            name="search_public",
-            version="1",
-            description="Search the public corpus; results are outside content.",
-            input_schema=_object(
-                {
-                    "query": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 5},
-                    "corpus": {"type": "string", "minLength": 1, "maxLength": 64},
-                },
-                ["query"],
+        return _contract(
+            (
+                "search_public",
+                "Search the public corpus; results are outside content.",
+                "search:public",
             ),
+            self.search,
+            {
+                "query": {"type": "string", "minLength": 1, "maxLength": 200},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 5},
+                "corpus": {"type": "string", "minLength": 1, "maxLength": 64},
+            },
+            ["query"],
             output_schema=_object(
                 {"results": {"type": "array", "items": {"type": "object"}}}, ["results"]
             ),
-            required_capabilities=("search:public",),
-            side_effect=SideEffect.READ,
-            confirmation=ConfirmationMode.NEVER,
-            timeout_ms=2_000,
-            execute=self.search,
             resource=CorpusResource(),
             logged_fields=("query",),
             output_trust=TrustLabel.UNTRUSTED_CONTENT,
@@ -192,76 +191,59 @@ class Toolkit:
         confirmation: ConfirmationMode = ConfirmationMode.NEVER,
         version: str = "1",
     ) -> ToolContract:
-        return ToolContract(
-            name="kv_put",
-            version=version,
-            description="Write one scalar under a key of the run's key/value space.",
-            input_schema=_object(
-                {
-                    "key": {"type": "string", "minLength": 1, "maxLength": 64},
-                    # Booleans and integers (also nested) pass the schema on purpose: the
-                    # grant constraints (not the schema) must tell True from 1.
-                    "value": {
-                        "type": ["string", "integer", "number", "boolean", "array", "object"],
-                        # An object value is a map of scalars (a schema must close objects).
-                        "additionalProperties": {
-                            "type": ["string", "integer", "number", "boolean", "null"]
-                        },
+        return _contract(
+            ("kv_put", "Write one scalar under a key of the run's key/value space.", "kv:write"),
+            self.kv_put,
+            {
+                "key": {"type": "string", "minLength": 1, "maxLength": 64},
+                # Booleans and integers (also nested) pass the schema on purpose: the
+                # grant constraints (not the schema) must tell True from 1.
+                "value": {
+                    "type": ["string", "integer", "number", "boolean", "array", "object"],
+                    # An object value is a map of scalars (a schema must close objects).
+                    "additionalProperties": {
+                        "type": ["string", "integer", "number", "boolean", "null"]
                     },
                 },
-                ["key", "value"],
-            ),
-            output_schema=_ANY_OBJECT,
-            required_capabilities=("kv:write",),
+            },
+            ["key", "value"],
+            version=version,
             side_effect=SideEffect.IDEMPOTENT_WRITE,
             confirmation=confirmation,
-            timeout_ms=2_000,
-            execute=self.kv_put,
             logged_fields=("key",),
             redacted_fields=("value",),
         )
 
     def artifact_contract(self) -> ToolContract:
-        return ToolContract(
-            name="write_artifact",
-            version="1",
-            description="Write a text artifact under run-output/.",
-            input_schema=_object(
-                {
-                    "path": {"type": "string", "minLength": 1, "maxLength": 200},
-                    "body": {"type": "string", "maxLength": 1_000},
-                },
-                ["path", "body"],
-            ),
-            output_schema=_ANY_OBJECT,
-            required_capabilities=("artifact:write",),
+        return _contract(
+            ("write_artifact", "Write a text artifact under run-output/.", "artifact:write"),
+            self.write_artifact,
+            {
+                "path": {"type": "string", "minLength": 1, "maxLength": 200},
+                "body": {"type": "string", "maxLength": 1_000},
+            },
+            ["path", "body"],
             side_effect=SideEffect.IDEMPOTENT_WRITE,
-            confirmation=ConfirmationMode.NEVER,
-            timeout_ms=2_000,
-            execute=self.write_artifact,
             resource=PathResource(),
             logged_fields=("path",),
         )
 
     def preference_contract(self) -> ToolContract:
         policies = build_policies(DEFAULT_KEYS)
-        return ToolContract(
-            name="save_preference",
-            version="1",
-            description="Save one whitelisted preference of the run's subject.",
-            input_schema=_object(
-                {
-                    "key": {"type": "string", "maxLength": 64},
-                    "value": {"type": "string", "maxLength": 200},
-                },
-                ["key", "value"],
+        return _contract(
+            (
+                "save_preference",
+                "Save one whitelisted preference of the run's subject.",
+                "memory:write",
             ),
-            output_schema=_ANY_OBJECT,
-            required_capabilities=("memory:write",),
+            self.save_preference,
+            {
+                "key": {"type": "string", "maxLength": 64},
+                "value": {"type": "string", "maxLength": 200},
+            },
+            ["key", "value"],
             side_effect=SideEffect.IDEMPOTENT_WRITE,
             confirmation=ConfirmationMode.PER_CALL,
-            timeout_ms=2_000,
-            execute=self.save_preference,
             resource=SubjectResource(),
             semantic_checks=(
                 lambda a, f: check_preference(policies, a.get("key"), a.get("value")),
@@ -272,17 +254,11 @@ class Toolkit:
     def _job_contract(
         self, name: str, execute: Any, *, polling: PollingPolicy | None = None, **extra: Any
     ) -> ToolContract:
-        return ToolContract(
-            name=name,
-            version="1",
-            description=f"{name} of a background job.",
-            input_schema=_object({"job": {"type": "string", "maxLength": 32}}, ["job"]),
-            output_schema=_ANY_OBJECT,
-            required_capabilities=("jobs:read",),
-            side_effect=SideEffect.READ,
-            confirmation=ConfirmationMode.NEVER,
-            timeout_ms=extra.pop("timeout_ms", 2_000),
-            execute=execute,
+        return _contract(
+            (name, f"{name} of a background job.", "jobs:read"),
+            execute,
+            {"job": {"type": "string", "maxLength": 32}},
+            ["job"],
             polling=polling,
             logged_fields=("job",),
             **extra,
@@ -306,25 +282,59 @@ class Toolkit:
         return self._job_contract("broken", self.broken)
 
     def api_contract(self) -> ToolContract:
-        return ToolContract(
-            name="call_api",
-            version="1",
-            description="Call an upstream API with a server-side key.",
-            input_schema=_object(
-                {"echo": {"type": "string", "enum": ["value", "message", "code"]}}, ["echo"]
-            ),
-            output_schema=_ANY_OBJECT,
-            required_capabilities=("api:call",),
-            side_effect=SideEffect.READ,
-            confirmation=ConfirmationMode.NEVER,
-            timeout_ms=2_000,
-            execute=self.call_api,
+        return _contract(
+            ("call_api", "Call an upstream API with a server-side key.", "api:call"),
+            self.call_api,
+            {"echo": {"type": "string", "enum": ["value", "message", "code"]}},
+            ["echo"],
             secret_names=("API_KEY",),
             logged_fields=("echo",),
         )
 
 
+def _contract(
+    spec: tuple[str, str, str],
+    execute: Any,
+    properties: dict[str, Any],
+    required: Sequence[str],
+    **fields: Any,
+) -> ToolContract:
+    """A contract with a closed input object; unless ``fields`` say otherwise: version 1, any
+    output object, a read, no confirmation, a 2 s timeout. ``spec``: (name, description,
+    the one capability it requires)."""
+    name, description, capability = spec
+    defaults: dict[str, Any] = {
+        "version": "1",
+        "output_schema": _ANY_OBJECT,
+        "side_effect": SideEffect.READ,
+        "confirmation": ConfirmationMode.NEVER,
+        "timeout_ms": 2_000,
+    }
+    return ToolContract(
+        name=name,
+        description=description,
+        input_schema=_object(properties, required),
+        required_capabilities=(capability,),
+        execute=execute,
+        **{**defaults, **fields},
+    )
+
+
 # ---- proposals, grants, runs ------------------------------------------------------------------
+
+
+def run_view(deadline_ms: int, **changes: Any) -> RunView:
+    """The gate's view of a running run at step 2 with no tool call yet (five allowed)."""
+    base = RunView(
+        run_id=RUN_ID,
+        subject=SUBJECT,
+        status="running",
+        step=2,
+        tool_calls=0,
+        max_tool_calls=5,
+        deadline_ms=deadline_ms,
+    )
+    return dataclasses.replace(base, **changes)
 
 
 def tool(
@@ -335,15 +345,8 @@ def tool(
     version: str = "1",
     sources: Sequence[str] = ("user-1",),
 ) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": name,
-        "tool_version": version,
-        "arguments": arguments,
-        "reason_summary": "test",
-        "source_observation_ids": list(sources),
-    }
+    proposal = tool_call(pid, name, arguments, version=version, sources=sources)
+    return {**proposal, "reason_summary": "test"}
 
 
 def final(answer: str, cites: Sequence[str]) -> dict[str, Any]:

@@ -8,27 +8,22 @@ database connection, so every test commits for real (``django_db(transaction=Tru
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from django.db import connection
 
 from agentconsole import wiring
-from runs.corpus import demo_corpus_dir, document_load
 from tests.plugins import durable_tools
+from tests.support.runs import use_run_output_root
+from tests.support.workers import worker_database_url
 
 PLUGINS = "tests.plugins.durable_tools"
 
 
 @pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "run-output-root"
-    root.mkdir()
-    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
-    return root
+    return use_run_output_root(settings, tmp_path / "run-output-root")
 
 
 @pytest.fixture(autouse=True)
@@ -54,36 +49,7 @@ def plugin_tools(settings: Any) -> Any:
 
 
 @pytest.fixture
-def corpus(transactional_db: None) -> None:
-    files = sorted(demo_corpus_dir().glob("*.md"))
-    assert files, "the demo corpus is empty"
-    for path in files:
-        document_load(path=path)
-
-
-@pytest.fixture
-def postgres_only() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: SQLite serializes every writer, so a 20-thread race there proves "
-            f"nothing (set DATABASE_URL=postgres://...; this run uses {connection.vendor})"
-        )
-
-
-def child_database_url() -> str:
-    """A URL for the test database, for child processes (they read DATABASE_URL)."""
-    name = connection.settings_dict["NAME"]
-    if connection.vendor == "sqlite":
-        path = Path(str(name)).resolve()
-        assert path.is_file(), f"the SQLite test database {path} is not a file a child can open"
-        return f"sqlite:///{path}"
-    assert connection.vendor == "postgresql", connection.vendor
-    url = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(url._replace(path=f"/{name}"))
-
-
-@pytest.fixture
 def child_env(monkeypatch: pytest.MonkeyPatch, transactional_db: None) -> None:
     """The isolated tool's child process sees the test database and the plugin tools."""
-    monkeypatch.setenv("DATABASE_URL", child_database_url())
+    monkeypatch.setenv("DATABASE_URL", worker_database_url())
     monkeypatch.setenv("AGENTCONSOLE_TOOLS", PLUGINS)

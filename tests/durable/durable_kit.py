@@ -3,15 +3,14 @@ exported run, and the state a dead worker leaves behind."""
 
 from __future__ import annotations
 
-import io
-import json
 import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from django.core.management import call_command
+from django.db import connections
 
 from agentconsole import wiring
 from policy.domain.decisions import ExecutableCommand
@@ -22,6 +21,8 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.decide import decide
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from tests.support.planner import tool_call
+from tests.support.runs import ExportedRun, run_fixture_json
 
 SUBJECT = "alice"
 GOAL = "Write the retry summary to run-output/summary.md"
@@ -45,36 +46,15 @@ def now_ms() -> int:
 
 def use(pid: str, tool: str, **arguments: Any) -> dict[str, Any]:
     """A proposal for one of the plugin tools of tests.plugins.durable_tools."""
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": tool,
-        "tool_version": "1",
-        "arguments": arguments or {"text": pid},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, tool, arguments or {"text": pid})
 
 
 def write(pid: str, path: str = "run-output/summary.md", content: str = CONTENT) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "write_artifact",
-        "tool_version": "1",
-        "arguments": {"path": path, "content": content},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "write_artifact", {"path": path, "content": content})
 
 
 def search(pid: str, query: str = "retry policy quarantine") -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "search_public",
-        "tool_version": "1",
-        "arguments": {"query": query},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "search_public", {"query": query})
 
 
 def final(*cites: str, answer: str = "Done.") -> dict[str, Any]:
@@ -148,6 +128,22 @@ def plan_and_record_intent(run_id: str) -> ExecutableCommand:
     return commit.ledger_intent
 
 
+def advance_in_thread(run_id: str) -> tuple[threading.Thread, list[RunState | None]]:
+    """``run_advance`` in a started thread of its own (another worker, in effect); the list
+    gets its result. The thread closes its database connections when done."""
+    results: list[RunState | None] = []
+
+    def target() -> None:
+        try:
+            results.append(services.run_advance(run_id=run_id))
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    return worker, results
+
+
 class WorkerDied(BaseException):
     """Stands for the death of the worker process: nothing after it runs."""
 
@@ -196,41 +192,15 @@ def expire_lease(run_id: str) -> None:
 # --- reading a run back -----------------------------------------------------------------------
 
 
-class Run:
+class Run(ExportedRun):
     """``runs.selectors.run_export`` of one run, with small lookups."""
 
     def __init__(self, run_id: str) -> None:
-        self.data = selectors.run_export(run_id=run_id)
-        self.state: dict[str, Any] = self.data["state"]
-        self.trace: list[dict[str, Any]] = self.data["trace"]
-        self.ledger: list[dict[str, Any]] = self.data["ledger"]
-        self.observations: list[dict[str, Any]] = self.data["observations"]
-        self.confirmations: list[dict[str, Any]] = self.data["confirmations"]
-        self.artifacts: list[dict[str, Any]] = self.data["artifacts"]
-        self.run_id = run_id
-
-    @property
-    def status(self) -> str:
-        return self.state["status"]
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state["stop_reason"]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.trace if e["event"] == name]
-
-    def names(self) -> list[str]:
-        return [e["event"] for e in self.trace]
+        super().__init__(selectors.run_export(run_id=run_id))
 
     def transitions(self) -> list[tuple[str, str]]:
         moves = self.events("state.transitioned")
         return [(e["details"]["from"], e["details"]["to"]) for e in moves]
-
-    def observation(self, observation_id: str) -> dict[str, Any]:
-        found = [o for o in self.observations if o["observation_id"] == observation_id]
-        assert len(found) == 1, (observation_id, [o["observation_id"] for o in self.observations])
-        return found[0]
 
     def handoffs(self) -> list[m.Handoff]:
         return list(m.Handoff.objects.filter(run_id=self.run_id).order_by("id"))
@@ -257,9 +227,7 @@ class Run:
 
 
 def run_fixture(path: Path | str) -> dict[str, Any]:
-    buf = io.StringIO()
-    call_command("run_fixture", str(path), "--json", stdout=buf)
-    return json.loads(buf.getvalue())
+    return run_fixture_json(path)
 
 
 # --- processes --------------------------------------------------------------------------------

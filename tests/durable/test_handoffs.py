@@ -4,12 +4,9 @@ identity and reason in the run's trace; nobody sets a status by hand. Also seed 
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.db import connections
 
 import runs
 from agentconsole import wiring
@@ -20,6 +17,8 @@ from runs.domain import lifecycle
 from runs.domain.machine import Status
 from runs.handoffs import HandoffError, handoff_claim, handoff_resolve
 from tests.durable.durable_kit import Run, create, final, load, run_fixture, start, use, write
+from tests.support.personas import make_user
+from tests.support.races import THREADS, race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +28,7 @@ VERIFICATION_FAILED = FAULTLAB / "verification-failed.json"
 
 @pytest.fixture
 def reviewer():
-    return get_user_model().objects.create_user("rita", password="pw-rita-1")
+    return make_user("rita", password="pw-rita-1")
 
 
 def _unknown_write(*, reconcile: str = "unknown") -> Run:
@@ -113,7 +112,7 @@ def test_claim_records_the_assignee_and_a_second_claim_is_refused(reviewer, run_
     assert load(run.run_id).version == version + 1  # a trace event, through the store
     assert load(run.run_id).status is Status.FAILED
 
-    other = get_user_model().objects.create_user("sam", password="pw-sam-1")
+    other = make_user("sam", password="pw-sam-1")
     with pytest.raises(HandoffError) as caught:
         handoff_claim(handoff_id=handoff.pk, by=other)
     assert caught.value.code == "HANDOFF_NOT_OPEN"
@@ -348,24 +347,8 @@ def test_an_effect_action_without_an_effect_is_refused(reviewer, plugin_tools):
 def test_twenty_reviewers_claiming_at_once_exactly_one_wins(postgres_only, plugin_tools):
     run = _unknown_note(plugin_tools)
     handoff = run.open_handoff()
-    n = 20
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def claim(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = handoff_claim(handoff_id=handoff.pk, by=f"reviewer-{i}")
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    n = THREADS
+    results = race(lambda i: handoff_claim(handoff_id=handoff.pk, by=f"reviewer-{i}"))
     winners = [r for r in results if isinstance(r, m.Handoff)]
     losers = [r for r in results if isinstance(r, HandoffError)]
     assert len(winners) == 1, results

@@ -10,12 +10,12 @@ import threading
 import time
 
 import pytest
-from django.db import connections
 
 from runs import services
 from runs.domain.machine import Status
 from runs.isolation import MAX_OUTPUT_BYTES
-from tests.durable.durable_kit import Run, create, final, isolated_children, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, isolated_children, use
+from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,16 +71,14 @@ def test_an_isolated_tool_answers_from_its_child_process(child_env):
 )
 def test_an_isolated_tool_past_its_timeout_is_killed(child_env, tool, ledger, stop_reason, handoff):
     run = create([use("p1", tool), use("p2", "durable_steady"), final("tool-1")])
-    began = time.monotonic()
     with ChildWatcher() as watcher:
         state = services.run_advance(run_id=run.run_id)
-    returned = time.monotonic()
-    # Not a performance claim: the tool sleeps 30 s, so finishing well before that means it was
-    # killed. Generous, because a loaded 2-core CI box can take seconds to spawn the child.
-    assert returned - began < 20, f"the 300 ms tool held the run {returned - began:.1f}s"
+    # The tool sleeps 30 s; the TOOL_STOPPED outcome below shows it was killed, not waited out
+    # (no bound on elapsed time: a loaded CI box can take seconds to spawn the child).
     assert watcher.seen, "no isolated child process was ever started"
-    # Killed and reaped: no child remains (checked for up to 1 s).
-    while isolated_children() and time.monotonic() - returned < 1:
+    # Killed and reaped: no child remains. This polls a real process's exit (up to 10 s).
+    returned = time.monotonic()
+    while isolated_children() and time.monotonic() - returned < 10:
         time.sleep(0.02)
     assert isolated_children() == set()
     assert [pid for pid in watcher.seen if os.path.exists(f"/proc/{pid}")] == []
@@ -98,23 +96,17 @@ def test_an_isolated_tool_past_its_timeout_is_killed(child_env, tool, ledger, st
 def test_a_cancel_kills_a_running_isolated_tool_at_once(child_env):
     """A tool that ignores every cooperative signal, in a child: the cancel is a hard stop."""
     run = create([use("p1", "durable_isolated_hang"), use("p2", "durable_steady")])
-    outcome: list[object] = []
     with ChildWatcher() as watcher:
-        worker = threading.Thread(
-            target=lambda: (outcome.append(services.run_advance(run_id=run.run_id)),
-                            connections.close_all()),
-        )  # fmt: skip
-        worker.start()
+        worker, _ = advance_in_thread(run.run_id)
         try:
-            deadline = time.monotonic() + 15
-            while not watcher.seen:
-                assert time.monotonic() < deadline, "the isolated child never started"
-                time.sleep(0.02)
-            cancelled_at = time.monotonic()
+            # Polls for the real child process to start (generous timeout).
+            wait_for(lambda: watcher.seen, timeout_s=15, what="the isolated child started")
             services.run_cancel(run_id=run.run_id, by="ops", reason="hard stop")
         finally:
             worker.join(25)
-    assert time.monotonic() - cancelled_at < 3, "the child outlived the cancel"
+    # The child ignores every cooperative signal and would hang for ever: the worker returning
+    # at all (within the generous join) and TOOL_STOPPED show the hard stop reached it.
+    assert not worker.is_alive(), "the child outlived the cancel"
     assert isolated_children() == set()
     done = Run(run.run_id)
     done.check()

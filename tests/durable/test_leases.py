@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from runs import models as m
@@ -16,7 +14,9 @@ from runs.domain.errors import LeaseLost
 from runs.domain.machine import Status
 from runs.leases import lease_acquire, lease_release, lease_renew
 from runs.store import OrmRunStore
-from tests.durable.durable_kit import Run, create, final, load, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, load, use
+from tests.support.clock import FakeClock
+from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # No tool runs in these: no other connection needs to see the rows, a rollback is enough.
@@ -54,6 +54,20 @@ def test_an_expired_lease_can_be_taken_over():
     assert expires > timezone.now()
     # The old holder cannot renew what it lost.
     assert lease_renew(run_id=run.run_id, owner="worker-a") is False
+
+
+@ROLLBACK
+def test_a_lease_lapses_when_the_clock_passes_its_expiry(settings):
+    """The lease decision reads the clock it is given: no sleeping for a real expiry."""
+    settings.AGENTCONSOLE_LEASE_TTL_S = 15
+    clock = FakeClock()
+    run = create([final("user-1")])
+    assert lease_acquire(run_id=run.run_id, owner="worker-a", clock=clock)
+    clock.advance(15_000)  # at the expiry: still held
+    assert lease_acquire(run_id=run.run_id, owner="worker-b", clock=clock) is False
+    clock.advance(1)
+    assert lease_acquire(run_id=run.run_id, owner="worker-b", clock=clock) is True
+    assert _lease(run.run_id)[0] == "worker-b"
 
 
 @ROLLBACK
@@ -115,12 +129,7 @@ def test_a_worker_that_loses_its_lease_mid_tool_stops_and_leaves_the_row_for_rec
     and the worker's next write raises LeaseLost: run_advance returns None, the ledger row stays
     ``started`` for the new holder, who recovers it with the same token."""
     run = create([use("p1", "durable_wait", seconds=1.5), final("tool-1")])
-    results: list[object] = []
-    worker = threading.Thread(
-        target=lambda: (results.append(services.run_advance(run_id=run.run_id)),
-                        connections.close_all()),
-    )  # fmt: skip
-    worker.start()
+    worker, results = advance_in_thread(run.run_id)
     try:
         assert plugin_tools.WAIT_STARTED.wait(10), "the tool never started"
         _expire(run.run_id)
@@ -152,24 +161,7 @@ def test_workers_advancing_one_run_at_once_execute_its_tool_once(plugin_tools):
     """Eight workers get the same run at once (a redelivered task, a sweep): one advances it,
     the others return None; the tool runs once, one ledger row, one completion."""
     run = create([use("p1", "durable_wait", seconds=0.3), final("tool-1")])
-    n = 8
-    barrier = threading.Barrier(n)
-    results: list[object] = [None] * n
-
-    def work(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = services.run_advance(run_id=run.run_id)
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = race(lambda i: services.run_advance(run_id=run.run_id), 8)
     assert not any(isinstance(r, Exception) for r in results), results
     advanced = [r for r in results if r is not None]
     assert len(advanced) >= 1
@@ -185,25 +177,7 @@ def test_workers_advancing_one_run_at_once_execute_its_tool_once(plugin_tools):
 @pytest.mark.postgres
 def test_twenty_workers_racing_for_one_free_run_exactly_one_wins(postgres_only):
     run = create([final("user-1")])
-    threads_n = 20
-    barrier = threading.Barrier(threads_n)
-    results: list[object] = [None] * threads_n
-
-    def race(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = lease_acquire(run_id=run.run_id, owner=f"worker-{i}")
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(threads_n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
+    results = race(lambda i: lease_acquire(run_id=run.run_id, owner=f"worker-{i}"))
     assert all(isinstance(r, bool) for r in results), results
     assert results.count(True) == 1, results
     winner = results.index(True)

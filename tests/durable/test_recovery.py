@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 import pytest
 
@@ -28,12 +27,12 @@ from tests.durable.durable_kit import (
     create,
     final,
     load,
-    now_ms,
     plan_and_record_intent,
     search,
     use,
     write,
 )
+from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +57,19 @@ def _planner_outputs(run: Run) -> list[str | None]:
     return [e["proposal_id"] for e in run.events("planner.output")]
 
 
+def _recovered(run_id: str, command, ledger_status: str) -> Run:
+    """Advance the crashed run: it completes, its one ledger row settled under the same token."""
+    state = services.run_advance(run_id=run_id)
+
+    assert state.status is Status.COMPLETED
+    done = Run(run_id)
+    done.check()
+    assert [(r["idempotency_token"], r["status"], r["attempt"]) for r in done.ledger] == [
+        (command.idempotency_token, ledger_status, 1)
+    ]
+    return done
+
+
 def test_effect_already_present_is_reconciled_and_the_run_continues(run_output_root):
     run = create([write("p1"), final("tool-1", answer="Written.")])
     command = plan_and_record_intent(run.run_id)
@@ -66,14 +78,7 @@ def test_effect_already_present_is_reconciled_and_the_run_continues(run_output_r
     assert [r["status"] for r in crashed.ledger] == ["started"]
     assert _planner_outputs(crashed) == ["p1"]
 
-    state = services.run_advance(run_id=run.run_id)
-
-    assert state.status is Status.COMPLETED
-    done = Run(run.run_id)
-    done.check()
-    assert [(r["idempotency_token"], r["status"], r["attempt"]) for r in done.ledger] == [
-        (command.idempotency_token, "reconciled", 1)
-    ]
+    done = _recovered(run.run_id, command, "reconciled")
     recovered = done.events("tool.recovered")
     assert [(e["details"]["how"], e["details"]["idempotency_token"]) for e in recovered] == [
         ("reconciled", command.idempotency_token)
@@ -95,14 +100,7 @@ def test_effect_absent_is_executed_once_under_the_same_token(run_output_root):
     command = plan_and_record_intent(run.run_id)
     assert not (run_output_root / run.run_id).exists()
 
-    state = services.run_advance(run_id=run.run_id)
-
-    assert state.status is Status.COMPLETED
-    done = Run(run.run_id)
-    done.check()
-    assert [(r["idempotency_token"], r["status"], r["attempt"]) for r in done.ledger] == [
-        (command.idempotency_token, "succeeded", 1)
-    ]
+    done = _recovered(run.run_id, command, "succeeded")
     assert [e["details"]["how"] for e in done.events("tool.recovered")] == ["re-executed"]
     artifact = m.Artifact.objects.get(run_id=run.run_id)
     assert artifact.idempotency_token == command.idempotency_token
@@ -231,11 +229,12 @@ def test_a_cancel_while_the_worker_is_dead_after_the_effect_records_it(run_outpu
 
 
 def test_a_dead_worker_found_after_the_deadline_does_not_run_the_tool_again(run_output_root):
-    run = create([write("p1"), final("tool-1")], deadline_ms=1_500)
+    clock = FakeClock()
+    run = create([write("p1"), final("tool-1")], deadline_ms=60_000, created_ms=clock.now_ms())
     advance_until_worker_dies(run.run_id, tool="write_artifact")
-    time.sleep(max(0.0, (load(run.run_id).deadline_ms - now_ms()) / 1000) + 0.05)
+    clock.set(load(run.run_id).deadline_ms)  # the deadline passes while the worker is dead
 
-    sweep(enqueue=False)
+    sweep(enqueue=False, clock=clock)
 
     done = Run(run.run_id)
     done.check()

@@ -3,18 +3,16 @@ counted on the one ledger row; tools without a policy are never retried."""
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import replace
 
 import pytest
-from django.db import connections
 
 from agentconsole import wiring
 from policy.domain.contracts import RetryPolicy
 from runs import models as m
 from runs import services
-from tests.durable.durable_kit import Run, create, final, use
+from tests.durable.durable_kit import Run, advance_in_thread, create, final, use
+from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,10 +73,11 @@ def test_a_tool_without_a_retry_policy_is_not_retried(plugin_tools):
 
 @pytest.fixture
 def slow_backoff(plugin_tools):
-    """durable_flaky with 3 s between attempts: time to cancel during the backoff."""
+    """durable_flaky with a minute between attempts: a backoff slept through would outlast the
+    generous join below, so a worker done within it shows the cancel cut it short."""
     original = list(plugin_tools.TOOLS)
     plugin_tools.TOOLS[:] = [
-        replace(c, retry=RetryPolicy(max_attempts=3, backoff_ms=3_000))
+        replace(c, retry=RetryPolicy(max_attempts=3, backoff_ms=60_000))
         if c.name == "durable_flaky"
         else c
         for c in original
@@ -94,21 +93,18 @@ def test_a_cancel_during_the_backoff_stops_the_retries(slow_backoff):
         [use("p1", "durable_flaky"), final("tool-1")],
         faults={"tools": {"durable_flaky": {"mode": "fail_retryable", "times": 5}}},
     )
-    worker = threading.Thread(
-        target=lambda: (services.run_advance(run_id=run.run_id), connections.close_all())
-    )
-    started = time.monotonic()
-    worker.start()
+    worker, _ = advance_in_thread(run.run_id)
     try:
-        deadline = time.monotonic() + 5
-        while not m.TraceEvent.objects.filter(run_id=run.run_id, event="tool.retrying").exists():
-            assert time.monotonic() < deadline, "the first attempt never failed"
-            time.sleep(0.02)
+        # Polls for the worker thread's first failed attempt (real work, generous timeout).
+        wait_for(
+            lambda: m.TraceEvent.objects.filter(run_id=run.run_id, event="tool.retrying").exists(),
+            timeout_s=5,
+            what="the first attempt failed",
+        )
         services.run_cancel(run_id=run.run_id, by="ops", reason="stop retrying")
     finally:
-        worker.join(10)
-    assert not worker.is_alive()
-    assert time.monotonic() - started < 2.5, "the backoff was slept through despite the cancel"
+        worker.join(30)
+    assert not worker.is_alive(), "the backoff was slept through despite the cancel"
     done = Run(run.run_id)
     done.check()
     assert (done.status, done.stop_reason) == ("cancelled", "CANCELLED")

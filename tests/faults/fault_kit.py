@@ -1,17 +1,11 @@
 """Real worker processes for the fault tests, and the evidence they are judged by.
 
-Builds on ``tests.workers.worker_kit`` (database URL for the worker, producer routing, Redis
-cleanup, warm stop) and adds what crash and cancel tests need:
+Builds on ``tests.support.workers`` (the one worker launcher: database URL, broker, producer
+routing, teardown that leaves no process behind) and ``tests.support.procs`` (``/proc``), and
+adds what crash and cancel tests need:
 
-* ``cluster()`` -- one or more Celery workers consuming one fresh queue, on the test database
-  and the test process's broker (Redis with ``REDIS_URL``; else a private filesystem broker
-  folder via ``AGENTCONSOLE_BROKER_DIR``), with extra environment: crash faults allowed, a short
-  lease, a run-output root shared with this process, the effect-log plugin tools.
-* process inspection through ``/proc`` (psutil is not installed): children, process groups,
-  the command line of an isolated tool's child.
-* teardown that leaves nothing behind: every process started for a cluster carries a tag in its
-  environment (inherited by pool children, isolated tool children and their children); whatever
-  still carries it after the workers stopped is killed, by pid.
+* ``cluster()`` -- the launcher with the fault tests' environment: crash faults allowed, a
+  run-output root shared with this process, the effect-log plugin tools.
 * ``wait_rest()`` -- poll until runs are terminal, running the sweeper (as its periodic task
   would) while a run holds a ``started`` ledger row under a lapsed lease; bounded.
 * ``assert_consistent()`` -- a terminal run agrees with its ledger, handoff and trace.
@@ -20,20 +14,12 @@ cleanup, warm stop) and adds what crash and cancel tests need:
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -43,267 +29,12 @@ from runs.domain.machine import TERMINAL
 from runs.scenarios import Scenario, parse_scenario
 from runs.sweeper import sweep
 from tests.plugins.effect_log import read_store
-from tests.workers.worker_kit import (
-    BASE_DIR,
-    READY_TIMEOUT_S,
-    Worker,
-    redis_cleanup,
-    worker_database_url,
-)
+from tests.support.workers import BASE_DIR, Cluster
+from tests.support.workers import cluster as worker_cluster
+from tests.support.workers import wait_for as poll
 
 PLUGIN = "tests.plugins.effect_log"
-TAG_ENV = "AGENTCONSOLE_FAULTS_TAG"
 TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
-SIGKILL_LINE = "signal 9 (SIGKILL)"
-
-
-# --- processes (Linux /proc) -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Proc:
-    pid: int
-    ppid: int
-    pgrp: int
-    state: str
-    starttime: int
-
-
-def proc(pid: int) -> Proc | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # "pid (comm) state ppid pgrp session ... starttime(22nd)"; comm may contain spaces.
-    rest = raw[raw.rindex(")") + 2 :].split()
-    return Proc(pid, int(rest[1]), int(rest[2]), rest[0], int(rest[19]))
-
-
-def all_procs() -> list[Proc]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            p = proc(int(entry))
-            if p is not None:
-                out.append(p)
-    return out
-
-
-def alive(pid: int, starttime: int | None = None) -> bool:
-    """Running (a zombie is dead; a reused pid with another start time is someone else)."""
-    p = proc(pid)
-    if p is None or p.state in ("Z", "X"):
-        return False
-    return starttime is None or p.starttime == starttime
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return ""
-
-
-def environ_has(pid: int, needle: str) -> bool:
-    try:
-        return needle.encode() in Path(f"/proc/{pid}/environ").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-
-
-def children(pid: int) -> list[Proc]:
-    return [p for p in all_procs() if p.ppid == pid]
-
-
-def group(pgrp: int) -> list[Proc]:
-    return [p for p in all_procs() if p.pgrp == pgrp and p.state not in ("Z", "X")]
-
-
-def tagged(tag: str) -> list[Proc]:
-    mine = os.getpid()
-    return [
-        p
-        for p in all_procs()
-        if p.pid != mine and p.state not in ("Z", "X") and environ_has(p.pid, f"{TAG_ENV}={tag}")
-    ]
-
-
-def kill_all(procs: Iterable[Proc]) -> list[int]:
-    """SIGKILL each process that is still the one we saw (same start time); return their pids."""
-    killed = []
-    for p in procs:
-        if alive(p.pid, p.starttime):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-                killed.append(p.pid)
-    return killed
-
-
-# --- workers -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Cluster:
-    queue: str
-    tag: str
-    output_root: Path
-    env: dict[str, str]
-    workers: list[Worker] = field(default_factory=list)
-
-    def log(self, last: int = 40) -> str:
-        return "\n\n".join(
-            f"--- worker {i} (pid {w.process.pid}) ---\n{w.log(last)}"
-            for i, w in enumerate(self.workers)
-        )
-
-    def task_lines(self, outcome: str) -> list[str]:
-        return [line for w in self.workers for line in w.task_lines(outcome)]
-
-    def sigkill_lines(self) -> list[str]:
-        return [line for w in self.workers for line in w.lines if SIGKILL_LINE in line]
-
-    def pool_children(self) -> list[int]:
-        return [c.pid for w in self.workers for c in children(w.process.pid)]
-
-    def check_alive(self) -> None:
-        dead = [w for w in self.workers if w.process.poll() is not None]
-        if dead:
-            pytest.fail(f"a worker exited ({dead[0].process.returncode}):\n{self.log()}")
-
-
-@contextlib.contextmanager
-def producer_routed(queue: str, transport_options: dict[str, Any] | None) -> Iterator[None]:
-    """Route ``runs.advance_run`` from this process to ``queue`` (for the filesystem transport,
-    also to the cluster's folders).
-
-    Like ``tests.workers.worker_kit.producer_routed``, but it drops kombu's process-wide pool
-    groups (``kombu.pools.reset``) instead of only force-closing the app's pool: that pool is
-    also the entry of ``kombu.pools.connections`` for this broker URL, and a closed entry left
-    there makes every later publish to the same URL (Redis: every module after the first)
-    fail with "Acquire on closed pool"."""
-    from kombu import pools
-
-    from agentconsole.celery import app
-
-    def reset() -> None:
-        app.amqp.flush_routes()
-        app.amqp.__dict__.pop("router", None)
-        pools.reset()
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    saved = {k: app.conf[k] for k in ("task_routes", "broker_transport_options")}
-    app.conf.task_routes = {"runs.advance_run": {"queue": queue}}
-    if transport_options is not None:
-        app.conf.broker_transport_options = transport_options
-    reset()
-    try:
-        yield
-    finally:
-        app.conf.update(saved)
-        reset()
-
-
-def stop(processes: list[subprocess.Popen[str]]) -> None:
-    """Stop workers together: warm shutdown first, then cold, then SIGKILL of their groups.
-
-    Every run of these tests has come to rest before teardown, so nothing is lost by not
-    waiting out a warm shutdown (an idle worker on the filesystem transport takes ~7 s; one
-    whose pool process was killed waits ``worker_lost_wait`` for the lost job first)."""
-    for sig, wait_s in ((signal.SIGTERM, 1.0), (signal.SIGQUIT, 5.0), (signal.SIGKILL, 10.0)):
-        running = [p for p in processes if p.poll() is None]
-        if not running:
-            return
-        for p in running:
-            with contextlib.suppress(ProcessLookupError):
-                if sig is signal.SIGKILL:
-                    os.killpg(p.pid, sig)  # the worker and its pool share the group we gave it
-                else:
-                    p.send_signal(sig)
-        deadline = time.monotonic() + wait_s
-        while any(p.poll() is None for p in running) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
-def _start(command: list[str], env: dict[str, str], queue: str) -> Worker:
-    process = subprocess.Popen(
-        command,
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    worker = Worker(process, queue)
-    threading.Thread(target=worker.read, name="fault-worker-log", daemon=True).start()
-    return worker
-
-
-@contextlib.contextmanager
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-    *,
-    workers: int = 1,
-    concurrency: int = 1,
-    extra_env: dict[str, str] | None = None,
-) -> Iterator[Cluster]:
-    """``workers`` Celery worker processes on one fresh queue; everything stopped at the end."""
-    tag = uuid.uuid4().hex[:12]
-    queue = f"agentconsole-faults-{tag}"
-    output_root = tmp_path_factory.mktemp("run-output")
-    env = {
-        **os.environ,
-        "DATABASE_URL": worker_database_url(),
-        "DJANGO_SETTINGS_MODULE": "agentconsole.settings",
-        "PYTHONPATH": str(BASE_DIR),
-        "PYTHONUNBUFFERED": "1",
-        "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(output_root),
-        "AGENTCONSOLE_TOOLS": PLUGIN,
-        "AGENTCONSOLE_FAULTS_ENABLED": "1",  # off by default: the workers inject faults here
-        TAG_ENV: tag,
-        **(extra_env or {}),
-    }
-    transport_options = None
-    if settings.CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
-        folder = tmp_path_factory.mktemp("broker")
-        transport_options = {  # the layout agentconsole/settings.py derives from the folder
-            "data_folder_in": str(folder / "queue"),
-            "data_folder_out": str(folder / "queue"),
-            "processed_folder": str(folder / "processed"),
-            "control_folder": str(folder / "control"),
-            "polling_interval": 0.05,
-        }
-        for key in ("data_folder_in", "processed_folder", "control_folder"):
-            Path(transport_options[key]).mkdir(parents=True, exist_ok=True)
-        env["AGENTCONSOLE_BROKER_DIR"] = str(folder)
-    celery = str(Path(sys.executable).with_name("celery"))
-    c = Cluster(queue=queue, tag=tag, output_root=output_root, env=env)
-    try:
-        for i in range(workers):
-            command = [
-                celery, "-A", "agentconsole", "worker", "--pool", "prefork",
-                "--concurrency", str(concurrency), "-l", "info", "-Q", queue,
-                "-n", f"w{i}-{queue}@%h", "--without-mingle", "--without-gossip",
-            ]  # fmt: skip
-            c.workers.append(_start(command, env, queue))
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        for w in c.workers:
-            while not w.ready.wait(0.1):
-                if w.process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"a fault-test worker did not become ready:\n{c.log()}")
-        with producer_routed(queue, transport_options):
-            yield c
-    finally:
-        stop([w.process for w in c.workers])
-        # Isolated tool children live in sessions of their own: the worker's group kill does
-        # not reach them. Anything still carrying this cluster's tag is ours: kill it.
-        deadline = time.monotonic() + 5
-        while (left := tagged(tag)) and time.monotonic() < deadline:
-            kill_all(left)
-            time.sleep(0.1)
-        if settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-            redis_cleanup(settings.CELERY_BROKER_URL, queue)
 
 
 # --- runs --------------------------------------------------------------------------------------
@@ -333,7 +64,9 @@ def wait_rest(
 ) -> dict[str, m.Run]:
     """Poll until every run is terminal. While a run holds a ``started`` ledger row and its
     lease has lapsed (its worker died), sweep into the cluster's queue at most every
-    ``sweep_every_s`` -- what the periodic sweep task does in production."""
+    ``sweep_every_s`` -- what the periodic sweep task does in production. It sleeps between
+    polls because real worker processes do the work; ``timeout_s`` is a generous bound that
+    fails the test with the workers' log, never a claim about speed."""
     run_ids = list(run_ids)
     poll_s = 0.05 if len(run_ids) < 10 else 0.25  # light on a small machine's database
     deadline = time.monotonic() + timeout_s
@@ -364,16 +97,10 @@ def wait_rest(
 
 
 def wait_for(predicate: Any, *, timeout_s: float, what: str, c: Cluster | None = None) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}\n{c.log() if c else ''}")
-        if c is not None:
-            c.check_alive()
-        time.sleep(0.01)
+    """``tests.support.workers.wait_for`` with the cluster's log and liveness check."""
+    if c is None:
+        return poll(predicate, timeout_s=timeout_s, what=what)
+    return poll(predicate, timeout_s=timeout_s, what=what, log=c.log, check=c.check_alive)
 
 
 def events(run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -458,8 +185,9 @@ def effect_scenario(
     )  # fmt: skip
 
 
-def create(scenario: Scenario, c: Cluster) -> str:
-    """Create the run and enqueue it on the cluster's queue (what faultlab does)."""
+def create(scenario: Scenario, c: Cluster, *, enqueue: bool = True) -> str:
+    """Create the run and enqueue it on the cluster's queue (what faultlab does); with
+    ``enqueue=False`` only create it."""
     state = services.run_create(
         subject=scenario.subject,
         goal=scenario.goal,
@@ -467,7 +195,7 @@ def create(scenario: Scenario, c: Cluster) -> str:
         grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
         planner={"kind": "fixture", "outputs": scenario.planner},
         faults=scenario.faults.model_dump() if scenario.faults else None,
-        enqueue=True,
+        enqueue=enqueue,
         queue=c.queue,
     )
     return state.run_id
@@ -480,3 +208,29 @@ def effects_of(c: Cluster, run_id: str) -> list[dict[str, Any]]:
 
 def names(run_id: str) -> list[str]:
     return [name for _, name, _ in events(run_id)]
+
+
+@contextlib.contextmanager
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    workers: int = 1,
+    concurrency: int = 1,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
+    """Workers for fault tests: crash faults allowed, the effect-log plugin tools, a run-output
+    root shared with this process (``tests.support.workers.cluster`` does the rest)."""
+    env = {
+        "AGENTCONSOLE_TOOLS": PLUGIN,
+        "AGENTCONSOLE_FAULTS_ENABLED": "1",  # off by default: the workers inject faults here
+        **(extra_env or {}),
+    }
+    with worker_cluster(
+        tmp_path_factory,
+        name="faults",
+        workers=workers,
+        concurrency=concurrency,
+        extra_env=env,
+        output_root=tmp_path_factory.mktemp("run-output"),
+    ) as c:
+        yield c

@@ -29,21 +29,9 @@ import pytest
 
 from runs import models as m
 from runs import services
-from tests.faults.fault_kit import (
-    Cluster,
-    assert_consistent,
-    children,
-    cluster,
-    create,
-    effect_scenario,
-    effects_of,
-    events,
-    fixture_scenario,
-    names,
-    proc,
-    wait_for,
-    wait_rest,
-)
+from tests.faults import fault_kit as fk
+from tests.faults.fault_kit import Cluster
+from tests.support.procs import children, proc
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -67,23 +55,23 @@ CONCURRENCY = 15
 @pytest.fixture(scope="module")
 def workers(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {"AGENTCONSOLE_ALLOW_CRASH_FAULTS": "1", "AGENTCONSOLE_LEASE_TTL_S": "2"}
-    with cluster(tmp_path_factory, workers=1, concurrency=CONCURRENCY, extra_env=env) as c:
+    with fk.cluster(tmp_path_factory, workers=1, concurrency=CONCURRENCY, extra_env=env) as c:
         yield c
 
 
 def recovered(run_id: str) -> list[dict]:
-    return [d for _, name, d in events(run_id) if name == "tool.recovered"]
+    return [d for _, name, d in fk.events(run_id) if name == "tool.recovered"]
 
 
 def assert_crashed(c: Cluster, run_id: str, kills_before: int) -> None:
     """The crash fault fired (recorded before it fires) and a pool process died of SIGKILL."""
-    wait_for(
+    fk.wait_for(
         lambda: m.FaultFiring.objects.filter(run_id=run_id, fault="crash").exists(),
         timeout_s=20,
         what="the crash fault fired",
         c=c,
     )
-    wait_for(
+    fk.wait_for(
         lambda: len(c.sigkill_lines()) > kills_before,
         timeout_s=10,
         what="the worker log reports a pool process killed by SIGKILL",
@@ -93,17 +81,17 @@ def assert_crashed(c: Cluster, run_id: str, kills_before: int) -> None:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_write_artifact_crash_is_written_exactly_once(stack: Cluster, point: str) -> None:
-    scenario = fixture_scenario(f"faultlab/crash-{point}.json")
+    scenario = fk.fixture_scenario(f"faultlab/crash-{point}.json")
     args = scenario.planner[0]["arguments"]
     kills_before = len(stack.sigkill_lines())
 
-    run_id = create(scenario, stack)
-    run = wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
+    run_id = fk.create(scenario, stack)
+    run = fk.wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
 
     assert_crashed(stack, run_id, kills_before)
     assert run.status == "completed", (point, run.status, run.stop_reason)
     assert run.answer == "The summary was written."
-    assert_consistent(run)
+    fk.assert_consistent(run)
     ledger = list(run.ledger.all())
     assert [row.status for row in ledger] == [LEDGER_AFTER[point]]
     token = ledger[0].idempotency_token
@@ -120,7 +108,7 @@ def test_write_artifact_crash_is_written_exactly_once(stack: Cluster, point: str
     assert [(d["how"], d["idempotency_token"]) for d in recovered(run_id)] == [
         (RECOVERED_HOW[point], token)
     ]
-    assert names(run_id).count("planner.output") == 2 == run.planner_cursor
+    assert fk.names(run_id).count("planner.output") == 2 == run.planner_cursor
 
 
 @pytest.mark.parametrize("reconcile", ["real", "unknown"])
@@ -137,22 +125,22 @@ def test_external_effect_crash_never_happens_twice(
         faults["tools"] = {"append_entry": {"reconcile": "unknown"}}
     kills_before = len(stack.sigkill_lines())
 
-    run_id = create(effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
-    run = wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
+    run_id = fk.create(fk.effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
+    run = fk.wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
 
     assert_crashed(stack, run_id, kills_before)
-    assert_consistent(run)
+    fk.assert_consistent(run)
     ledger = list(run.ledger.all())
     assert len(ledger) == 1
     token = ledger[0].idempotency_token
-    lines = effects_of(stack, run_id)
+    lines = fk.effects_of(stack, run_id)
     assert all(line["token"] == token for line in lines), lines
     if reconcile == "real":
         assert run.status == "completed", (run.status, run.stop_reason)
         assert ledger[0].status == LEDGER_AFTER[point]
         assert [line["entry"] for line in lines] == [entry]
         assert [d["how"] for d in recovered(run_id)] == [RECOVERED_HOW[point]]
-        assert names(run_id).count("planner.output") == 2 == run.planner_cursor
+        assert fk.names(run_id).count("planner.output") == 2 == run.planner_cursor
     else:
         assert (run.status, run.stop_reason) == ("failed", "TOOL_OUTCOME_UNKNOWN")
         assert ledger[0].status == "unknown"
@@ -161,7 +149,7 @@ def test_external_effect_crash_never_happens_twice(
         assert [e["idempotency_token"] for e in handoff.bundle["unknown_effects"]] == [token]
         assert len(lines) == (1 if point == "after_effect" else 0), lines
         assert [d["how"] for d in recovered(run_id)] == ["unknown"]
-        assert names(run_id).count("planner.output") == 1 == run.planner_cursor
+        assert fk.names(run_id).count("planner.output") == 1 == run.planner_cursor
 
 
 @pytest.mark.parametrize(
@@ -182,20 +170,20 @@ def test_cancel_while_the_worker_is_dead_settles_the_effect_then_cancels(
     entry = f"dead-cancel-{point}-{uuid.uuid4().hex[:8]}"
     faults = {"crash_worker_at": {"point": point, "tool": "append_entry"}}
     kills_before = len(stack.sigkill_lines())
-    run_id = create(effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
+    run_id = fk.create(fk.effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
     assert_crashed(stack, run_id, kills_before)
 
     cancelled = services.run_cancel(run_id=run_id, by="test", reason="cancel while dead")
     assert cancelled.status.value == "cancelling"  # a tool is (as far as anyone knows) active
-    run = wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
+    run = fk.wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
 
     ledger_status, how, lines = expected
     assert (run.status, run.stop_reason) == ("cancelled", "CANCELLED")
-    assert_consistent(run)
+    fk.assert_consistent(run)
     assert list(run.ledger.values_list("status", flat=True)) == [ledger_status]
     assert [d["how"] for d in recovered(run_id)] == [how]
-    assert len(effects_of(stack, run_id)) == lines
-    assert names(run_id).count("planner.output") == 1
+    assert len(fk.effects_of(stack, run_id)) == lines
+    assert fk.names(run_id).count("planner.output") == 1
 
 
 def lease_holder(run_id: str) -> int | None:
@@ -210,39 +198,39 @@ def test_worker_killed_from_outside_while_the_tool_runs(stack: Cluster, moment: 
     it (the line is in the store, the tool holds its answer for 5 s)."""
     entry = f"kill-{moment}-{uuid.uuid4().hex[:8]}"
     if moment == "before_effect":
-        scenario = effect_scenario("append_entry", {"entry": entry}, faults={"delay_ms": 1500})
+        scenario = fk.effect_scenario("append_entry", {"entry": entry}, faults={"delay_ms": 1500})
     else:
-        scenario = effect_scenario("append_entry", {"entry": entry, "hold_ms": 5000})
+        scenario = fk.effect_scenario("append_entry", {"entry": entry, "hold_ms": 5000})
     master = stack.workers[0].process.pid
 
-    run_id = create(scenario, stack)
+    run_id = fk.create(scenario, stack)
 
     def in_flight() -> bool:
         started = m.LedgerEntry.objects.filter(run_id=run_id, status="started").exists()
         if moment == "after_effect":
-            return started and bool(effects_of(stack, run_id))
+            return started and bool(fk.effects_of(stack, run_id))
         return started
 
-    wait_for(in_flight, timeout_s=20, what=f"append_entry in flight ({moment})", c=stack)
+    fk.wait_for(in_flight, timeout_s=20, what=f"append_entry in flight ({moment})", c=stack)
     victim = lease_holder(run_id)
     assert victim is not None
     victim_proc = proc(victim)
     assert victim_proc is not None
     assert victim_proc.ppid == master, "a pool process of our worker holds the lease"
-    lines_at_kill = len(effects_of(stack, run_id))
+    lines_at_kill = len(fk.effects_of(stack, run_id))
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: proc(victim) is None, timeout_s=10, what="the pool process is reaped")
+    fk.wait_for(lambda: proc(victim) is None, timeout_s=10, what="the pool process is reaped")
 
-    run = wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
+    run = fk.wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
 
     assert lines_at_kill == (0 if moment == "before_effect" else 1)
     assert run.status == "completed", (run.status, run.stop_reason)
-    assert_consistent(run)
+    fk.assert_consistent(run)
     ledger = list(run.ledger.all())
     assert [row.status for row in ledger] == [
         "succeeded" if moment == "before_effect" else "reconciled"
     ]
-    lines = effects_of(stack, run_id)
+    lines = fk.effects_of(stack, run_id)
     assert [(line["entry"], line["token"]) for line in lines] == [
         (entry, ledger[0].idempotency_token)
     ]
@@ -250,7 +238,7 @@ def test_worker_killed_from_outside_while_the_tool_runs(stack: Cluster, moment: 
     assert [d["how"] for d in how] == ["re-executed" if moment == "before_effect" else "reconciled"]
     if moment == "before_effect":
         assert lines[0]["pid"] != victim, "the effect came from the next pool process"
-    assert names(run_id).count("planner.output") == 2 == run.planner_cursor
+    assert fk.names(run_id).count("planner.output") == 2 == run.planner_cursor
     # The worker survived its pool process and forked a new one.
     pool = [p.pid for p in children(master)]
     assert pool, "a new pool process"
@@ -266,13 +254,13 @@ def test_a_recovered_call_runs_under_the_fault_plan_once(stack: Cluster) -> None
     faults = {"crash_worker_at": {"point": "before_tool", "tool": "append_entry"},
               "delay_ms": delay_ms}  # fmt: skip
     entry = f"once-{uuid.uuid4().hex[:8]}"
-    run_id = create(effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
-    run = wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
+    run_id = fk.create(fk.effect_scenario("append_entry", {"entry": entry}, faults=faults), stack)
+    run = fk.wait_rest([run_id], stack, timeout_s=REST_S)[run_id]
 
     assert run.status == "completed", (run.status, run.stop_reason)
     assert [d["how"] for d in recovered(run_id)] == ["re-executed"]
-    assert len(effects_of(stack, run_id)) == 1
-    completed = [d for _, name, d in events(run_id) if name == "tool.completed"]
+    assert len(fk.effects_of(stack, run_id)) == 1
+    completed = [d for _, name, d in fk.events(run_id) if name == "tool.completed"]
     assert len(completed) == 1
     assert delay_ms <= completed[0]["duration_ms"] < 2 * delay_ms, (
         f"the recovered call took {completed[0]['duration_ms']} ms for one {delay_ms} ms delay"

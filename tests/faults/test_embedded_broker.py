@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 
-from tests.workers.worker_kit import BASE_DIR
+from tests.support.workers import BASE_DIR
 
 MESSAGES = 1000
 TIMEOUT_S = 90

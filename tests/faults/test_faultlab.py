@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.faultlab import EXPERIMENTS
-from tests.faults.fault_kit import all_procs, cmdline
+from tests.support.procs import all_procs, cmdline
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -18,17 +18,8 @@ import pytest
 
 from runs import models as m
 from runs import services
-from tests.faults.fault_kit import (
-    Cluster,
-    assert_consistent,
-    cluster,
-    create,
-    effect_scenario,
-    effects_of,
-    events,
-    wait_for,
-    wait_rest,
-)
+from tests.faults import fault_kit as fk
+from tests.faults.fault_kit import Cluster
 from tests.plugins.effect_log import read_store
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -40,7 +31,7 @@ TASK_RESULT = re.compile(r"runs\.advance_run\[[^\]]+\] succeeded in [0-9.e-]+s: 
 
 @pytest.fixture(scope="module")
 def workers(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with cluster(tmp_path_factory, workers=2, concurrency=2) as c:
+    with fk.cluster(tmp_path_factory, workers=2, concurrency=2) as c:
         yield c
 
 
@@ -54,29 +45,25 @@ def test_two_workers_complete_each_of_100_doubly_enqueued_runs_exactly_once(
     # 100 runs of one subject in flight at once: a load test, not a user (issue 9 item 10).
     settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = 0
     # One clean pass in this process: the trace every run must have, event for event.
-    scenario = effect_scenario("append_entry", {"entry": "reference", "hold_ms": 20})
-    reference = services.run_create(
-        subject=scenario.subject,
-        goal=scenario.goal,
-        budgets=scenario.budgets,
-        grants=[g.model_dump(exclude_unset=True) for g in scenario.grants],
-        planner={"kind": "fixture", "outputs": scenario.planner},
-    ).run_id
+    scenario = fk.effect_scenario("append_entry", {"entry": "reference", "hold_ms": 20})
+    reference = fk.create(scenario, stack, enqueue=False)
     services.run_advance(run_id=reference)
-    expected = [name for _, name, _ in events(reference)]
+    expected = [name for _, name, _ in fk.events(reference)]
     assert m.Run.objects.get(pk=reference).status == "completed", expected
 
     started = time.monotonic()
     run_ids = []
     for i in range(RUNS):
         # hold_ms keeps each tool in flight a little, so duplicates overlap the lease holder.
-        run_id = create(effect_scenario("append_entry", {"entry": f"e{i}", "hold_ms": 20}), stack)
+        run_id = fk.create(
+            fk.effect_scenario("append_entry", {"entry": f"e{i}", "hold_ms": 20}), stack
+        )
         services.enqueue_advance(run_id, queue=stack.queue)  # the duplicate message
         run_ids.append(run_id)
-    runs = wait_rest(run_ids, stack, timeout_s=WAIT_S)
+    runs = fk.wait_rest(run_ids, stack, timeout_s=WAIT_S)
     wall_s = time.monotonic() - started
     # Every message was consumed: 2 per run, none raised.
-    wait_for(
+    fk.wait_for(
         lambda: sum(results(stack.task_lines("succeeded")).values()) >= 2 * RUNS,
         timeout_s=30,
         what=f"{2 * RUNS} advance_run tasks finished",
@@ -96,13 +83,13 @@ def test_two_workers_complete_each_of_100_doubly_enqueued_runs_exactly_once(
     assert all(sum(c.values()) > 0 for c in per_worker), "both workers took messages"
     tokens = []
     for run_id, run in runs.items():
-        assert_consistent(run)
-        trace = events(run_id)
+        fk.assert_consistent(run)
+        trace = fk.events(run_id)
         assert [name for _, name, _ in trace] == expected, run_id
         ledger = list(run.ledger.values_list("idempotency_token", "status", "attempt"))
         assert [(s, a) for _, s, a in ledger] == [("succeeded", 1)], run_id
         tokens.append(ledger[0][0])
-        lines = effects_of(stack, run_id)
+        lines = fk.effects_of(stack, run_id)
         assert [line["token"] for line in lines] == [ledger[0][0]], (run_id, lines)
     assert len(set(tokens)) == RUNS
     applied = Counter(line["token"] for line in read_store(stack.output_root))

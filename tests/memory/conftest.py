@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import connection
 from django.test import override_settings
 
 from agentconsole import wiring
-from runs.corpus import demo_corpus_dir, document_load
 from tests.memory.memory_kit import Ran, delete_committed_rows, run_fresh
+from tests.support.personas import make_user
+from tests.support.runs import load_demo_corpus, use_run_output_root
 
 # The database this process would use outside tests, read when this conftest is imported (at
 # collection, before pytest-django creates the test database). A module-scoped batch writes and
@@ -41,23 +40,7 @@ def refuse_non_test_database() -> None:
 
 @pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "run-output"
-    root.mkdir()
-    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(root)
-    return root
-
-
-def load_demo_corpus() -> None:
-    files = sorted(demo_corpus_dir().glob("*.md"))
-    assert files, "the demo corpus is empty"
-    for path in files:
-        document_load(path=path)
-
-
-@pytest.fixture
-def corpus(transactional_db: None) -> None:
-    """The demo corpus ``search_public`` reads, committed so the tool thread sees it."""
-    load_demo_corpus()
+    return use_run_output_root(settings, tmp_path / "run-output")
 
 
 @pytest.fixture(scope="module")
@@ -94,24 +77,16 @@ def scenario_batch(
 
 @pytest.fixture
 def users() -> dict[str, Any]:
-    """alice and bob (group user), an admin (group admin), a superuser and an operator.
-    Database access comes from the requesting test's ``django_db`` mark. The groups come from a
-    migration, but a transactional test before this one flushed them: get_or_create. No
-    passwords (unusable): hashing one costs a third of a second."""
-    model = get_user_model()
-    out = {}
-    for name in ("alice", "bob"):
-        user = model.objects.create_user(username=name)
-        user.groups.add(Group.objects.get_or_create(name="user")[0])
-        out[name] = user
-    admin = model.objects.create_user(username="ada")
-    admin.groups.add(Group.objects.get_or_create(name="admin")[0])
-    out["admin"] = admin
-    out["root"] = model.objects.create_superuser(username="root")
-    operator = model.objects.create_user(username="otto")
-    operator.groups.add(Group.objects.get_or_create(name="operator")[0])
-    out["operator"] = operator
-    return out
+    """alice and bob (group user), an admin (group admin), a superuser and an operator
+    (tests/support/personas.py). Database access comes from the requesting test's
+    ``django_db`` mark."""
+    return {
+        "alice": make_user("alice", "user"),
+        "bob": make_user("bob", "user"),
+        "admin": make_user("ada", "admin"),
+        "root": make_user("root", superuser=True),
+        "operator": make_user("otto", "operator"),
+    }
 
 
 @pytest.fixture
@@ -127,14 +102,3 @@ def memory_keys(settings: Any) -> Iterator[Callable[[Sequence[Mapping[str, Any]]
     yield configure
     wiring.memory_policies.cache_clear()
     wiring.registry.cache_clear()
-
-
-@pytest.fixture
-def postgres_only() -> None:
-    """Truly concurrent writers need PostgreSQL: SQLite serializes every writer, so a race
-    there would prove nothing."""
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL: set DATABASE_URL=postgres://... (this run uses "
-            f"{connection.vendor}, which serializes writers, so a race would prove nothing)"
-        )

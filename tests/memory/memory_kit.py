@@ -8,17 +8,14 @@ long-term memory holds, so a test can say "nothing written" as "the snapshot did
 from __future__ import annotations
 
 import copy
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.apps import apps
-from django.core.management import call_command
 from django.db import connection, transaction
 
-import runs
 from agentconsole import wiring
 from memory.models import (
     PreferenceChange,
@@ -26,52 +23,15 @@ from memory.models import (
     PreferenceRecord,
     WorkingMemoryItem,
 )
+from memory.services import preference_write
 from runs.models import LedgerEntry, Observation, Run
+from tests.support.runs import ExportedRun, run_fixture_json, scenario_path
 
-SCENARIO_DIR = Path(runs.__file__).resolve().parent / "fixtures" / "scenarios"
 SUBJECT = "alice"
 
 
-class Result:
+class Result(ExportedRun):
     """The ``--json`` output of one ``run_fixture`` call, with small lookups."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.state: dict[str, Any] = data["state"]
-        self.trace: list[dict[str, Any]] = data["trace"]
-        self.observations: list[dict[str, Any]] = data["observations"]
-        self.ledger: list[dict[str, Any]] = data["ledger"]
-        self.confirmations: list[dict[str, Any]] = data["confirmations"]
-        self.preferences: list[dict[str, Any]] = data["preferences"]
-
-    @property
-    def run_id(self) -> str:
-        return self.state["run_id"]
-
-    @property
-    def status(self) -> str:
-        return self.state["status"]
-
-    def events(self, name: str, proposal_id: str | None = None) -> list[dict[str, Any]]:
-        return [
-            e
-            for e in self.trace
-            if e["event"] == name and (proposal_id is None or e["proposal_id"] == proposal_id)
-        ]
-
-    def rejections(self) -> list[tuple[str | None, str, str]]:
-        return [
-            (e["proposal_id"], e["details"]["layer"], e["details"]["code"])
-            for e in self.events("proposal.rejected")
-        ]
-
-    def ledger_rows(self) -> list[tuple[str, str, str]]:
-        return [(r["proposal_id"], r["tool_name"], r["status"]) for r in self.ledger]
-
-    def observation(self, observation_id: str) -> dict[str, Any]:
-        found = [o for o in self.observations if o["observation_id"] == observation_id]
-        assert len(found) == 1, f"expected one observation {observation_id}, got {found}"
-        return found[0]
 
     def codes(self) -> set[str]:
         """Every code anywhere in the trace details (rejections, confirmation checks, tools)."""
@@ -87,20 +47,8 @@ class Result:
         assert all(r["status"] != "started" for r in self.ledger), self.ledger_rows()
 
 
-def scenario_path(name: str) -> Path:
-    path = SCENARIO_DIR / f"{name}.json"
-    assert path.is_file(), f"missing scenario file {path}"
-    return path
-
-
-def load_scenario(name: str) -> dict[str, Any]:
-    return json.loads(scenario_path(name).read_text(encoding="utf-8"))
-
-
 def run_path(path: Path | str) -> Result:
-    buf = io.StringIO()
-    call_command("run_fixture", str(path), "--json", stdout=buf)
-    result = Result(json.loads(buf.getvalue()))
+    result = Result(run_fixture_json(path))
     result.check_invariants()
     return result
 
@@ -254,3 +202,20 @@ def observations_of(run_id: str) -> list[dict[str, Any]]:
 
 def content_chars(items: list[dict[str, Any]]) -> int:
     return sum(len(i["content"]) for i in items)
+
+
+def confirmed_write(
+    subject: str, key: str, value: str, expected_version: int | None, *, confirmation_id: str
+) -> Any:
+    """A preference write as a confirmed tool call makes it (no run, no token); must succeed."""
+    result = preference_write(
+        subject=subject,
+        policy=wiring.memory_policies()[key],
+        value=value,
+        expected_version=expected_version,
+        confirmation_id=confirmation_id,
+        run_id=None,
+        idempotency_token=None,
+    )
+    assert result.ok, result
+    return result

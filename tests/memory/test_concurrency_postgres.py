@@ -8,50 +8,20 @@ Skipped on SQLite, which serializes every writer (a race there would prove nothi
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from agentconsole.wiring import memory_policies
+from memory import services as memory_services
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
-from memory.services import (
-    WriteResult,
-    preference_apply_edit,
-    preference_propose_edit,
-    preference_write,
-)
+from memory.services import WriteResult, preference_write
 from policy.domain.errors import DomainError
+from tests.support.personas import make_user
+from tests.support.races import THREADS, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-THREADS = 20
-
-
-def race(work: Callable[[int], Any]) -> list[Any]:
-    """``work(i)`` in THREADS threads released together; each result or exception."""
-    barrier = threading.Barrier(THREADS)
-    results: list[Any] = [None] * THREADS
-
-    def target(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a writer is stuck"
-    return results
 
 
 def _value(i: int) -> str:
@@ -111,10 +81,10 @@ def test_twenty_first_writers_of_an_absent_key_one_creates(postgres_only):
 
 
 def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_only):
-    alice = get_user_model().objects.create_user(username="alice")
+    alice = make_user("alice")
     assert _write("zh-CN", None).ok
     changes = [
-        preference_propose_edit(
+        memory_services.preference_propose_edit(
             subject="alice", key="answer_language", value=_value(i), expected_version=1, by=alice
         )
         for i in range(THREADS)
@@ -123,7 +93,9 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
     def apply(i: int) -> WriteResult:
         owner = get_user_model().objects.get(username="alice")  # this thread's connection
         change = changes[i]
-        return preference_apply_edit(change_id=change.pk, shown_hash=change.proposal_hash, by=owner)
+        return memory_services.preference_apply_edit(
+            change_id=change.pk, shown_hash=change.proposal_hash, by=owner
+        )
 
     results = race(apply)
 
@@ -142,15 +114,15 @@ def test_twenty_confirmed_edits_naming_the_same_version_one_applies(postgres_onl
 
 
 def test_one_confirmation_applied_by_twenty_threads_is_used_once(postgres_only):
-    alice = get_user_model().objects.create_user(username="alice")
-    change = preference_propose_edit(
+    alice = make_user("alice")
+    change = memory_services.preference_propose_edit(
         subject="alice", key="answer_language", value="zh-CN", expected_version=None, by=alice
     )
 
     def apply(i: int) -> Any:
         owner = get_user_model().objects.get(username="alice")
         try:
-            return preference_apply_edit(
+            return memory_services.preference_apply_edit(
                 change_id=change.pk, shown_hash=change.proposal_hash, by=owner
             )
         except DomainError as exc:

@@ -11,17 +11,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agentconsole.wiring import memory_policies
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
 from memory.services import (
     preference_apply_edit,
     preference_propose_edit,
-    preference_write,
     preferences_list,
 )
 from policy.domain.canonical import content_hash
 from policy.domain.errors import DomainError, NotFound
-from tests.memory.memory_kit import history_rows, memory_snapshot
+from tests.memory.memory_kit import confirmed_write, history_rows, memory_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -45,16 +43,7 @@ def _code(call) -> str:
 
 
 def _seed(value="en", subject="alice"):
-    result = preference_write(
-        subject=subject,
-        policy=memory_policies()["answer_language"],
-        value=value,
-        expected_version=None,
-        confirmation_id="seed",
-        run_id=None,
-        idempotency_token=None,
-    )
-    assert result.ok
+    confirmed_write(subject, "answer_language", value, None, confirmation_id="seed")
 
 
 def test_propose_creates_a_pending_change_bound_to_the_exact_value_and_writes_nothing(users):

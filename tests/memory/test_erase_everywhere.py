@@ -21,9 +21,10 @@ from runs import selectors, services
 from runs.domain import lifecycle
 from runs.domain.budgets import RunBudgets
 from runs.domain.errors import VersionConflict
-from tests.memory.conftest import load_demo_corpus
-from tests.memory.memory_kit import run_fresh  # noqa: F401 -- the kit's models are registered
-from tests.services.db_scan import Hit, scan
+from tests.memory.memory_kit import confirmed_write
+from tests.support.db_scan import Hit, scan
+from tests.support.planner import tool_call
+from tests.support.runs import load_demo_corpus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,22 +37,11 @@ ALL_GRANTS = [
 ]
 
 
-def _tool(pid: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": name,
-        "tool_version": "1",
-        "arguments": arguments,
-        "source_observation_ids": ["user-1"],
-    }
-
-
 def _save(pid: str, value: str, expected: int | None = None) -> dict[str, Any]:
     arguments: dict[str, Any] = {"key": "answer_language", "value": value}
     if expected is not None:
         arguments["expected_version"] = expected
-    return _tool(pid, "save_preference", arguments)
+    return tool_call(pid, "save_preference", arguments)
 
 
 def _run(subject: str, outputs: list[dict[str, Any]], *, max_steps: int = 8) -> str:
@@ -95,7 +85,7 @@ def _owner(hit: Hit) -> str:
 def _alice_everywhere(users: dict[str, Any]) -> dict[str, str]:
     """alice's runs put her values into every place a run stores text; one her edit in flight."""
     load_demo_corpus()
-    search = _tool("p1", "search_public", {"query": f"{CURRENT} grammar"})
+    search = tool_call("p1", "search_public", {"query": f"{CURRENT} grammar"})
     runs = {
         # search (ledger, observation, trace arg), a save she approves that conflicts (the
         # rejection carries current and proposed value), a save she declines, a final answer.
@@ -130,19 +120,9 @@ def _alice_everywhere(users: dict[str, Any]) -> dict[str, str]:
 
 
 def _write_alice_memory() -> None:
-    from agentconsole.wiring import memory_policies
-    from memory.services import preference_write
 
     for value, expected in ((OLD, None), (CURRENT, 1)):
-        preference_write(
-            subject="alice",
-            policy=memory_policies()["answer_language"],
-            value=value,
-            expected_version=expected,
-            confirmation_id="user-set",
-            run_id=None,
-            idempotency_token=None,
-        )
+        confirmed_write("alice", "answer_language", value, expected, confirmation_id="user-set")
 
 
 def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> None:
@@ -151,7 +131,7 @@ def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> N
     still held her erased values."""
     _write_alice_memory()
     runs = _alice_everywhere(users)
-    bobs = _run("bob", [_tool("p1", "search_public", {"query": f"{CURRENT} grammar"})])
+    bobs = _run("bob", [tool_call("p1", "search_public", {"query": f"{CURRENT} grammar"})])
     done = runs["done"]
     assert m.Run.objects.get(pk=done).status == "completed"
     assert m.Run.objects.get(pk=runs["waiting"]).status == "waiting_confirmation"

@@ -12,7 +12,6 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from agentconsole.wiring import memory_policies
 from memory import tasks
 from memory.domain.preferences import DEFAULT_KEYS
 from memory.models import PreferenceHistory, PreferenceRecord
@@ -22,14 +21,13 @@ from memory.services import (
     preference_history,
     preference_propose_edit,
     preference_revoke,
-    preference_write,
     preferences_erase,
     preferences_export,
     preferences_list,
     preferences_purge_expired,
 )
 from policy.domain.errors import DomainError
-from tests.memory.memory_kit import history_rows, memory_snapshot
+from tests.memory.memory_kit import confirmed_write, history_rows, memory_snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -37,18 +35,9 @@ PAST = timedelta(seconds=1)
 
 
 def _write(subject, key, value, expected=None):
-    result = preference_write(
-        subject=subject,
-        policy=memory_policies()[key],
-        value=value,
-        expected_version=expected,
-        # Never the value: an id is not data to erase.
-        confirmation_id=f"confirm-{subject}-{key}-after-v{expected or 0}",
-        run_id=None,
-        idempotency_token=None,
-    )
-    assert result.ok, result
-    return result
+    # Never the value in the confirmation id: an id is not data to erase.
+    cid = f"confirm-{subject}-{key}-after-v{expected or 0}"
+    return confirmed_write(subject, key, value, expected, confirmation_id=cid)
 
 
 def _code(call) -> str:
@@ -89,31 +78,26 @@ def test_revoke_leaves_a_tombstone_and_keeps_the_value_in_history(users):
     assert listed.revoked_at is not None
 
 
+def _revoke_code(by, reason):
+    """The error code of revoking alice's answer_language as ``by``."""
+    return _code(
+        lambda: preference_revoke(subject="alice", key="answer_language", by=by, reason=reason)
+    )
+
+
 def test_revoking_a_missing_or_already_revoked_key_is_not_found(users):
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["alice"], reason=""
-        )
-    ) == ("NOT_FOUND")
+    assert _revoke_code(users["alice"], "") == ("NOT_FOUND")
     _write("alice", "answer_language", "zh-CN")
     preference_revoke(subject="alice", key="answer_language", by=users["alice"], reason="once")
     before = memory_snapshot()
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["alice"], reason="twice"
-        )
-    ) == ("NOT_FOUND")
+    assert _revoke_code(users["alice"], "twice") == ("NOT_FOUND")
     assert memory_snapshot() == before
 
 
 def test_only_the_owner_or_an_admin_revokes(users):
     _write("alice", "answer_language", "zh-CN")
     before = memory_snapshot()
-    assert _code(
-        lambda: preference_revoke(
-            subject="alice", key="answer_language", by=users["bob"], reason=""
-        )
-    ) == ("MEMORY_SCOPE_NOT_OWNED")
+    assert _revoke_code(users["bob"], "") == ("MEMORY_SCOPE_NOT_OWNED")
     assert memory_snapshot() == before
     preference_revoke(subject="alice", key="answer_language", by=users["admin"], reason="request")
     assert PreferenceRecord.objects.get(key="answer_language").revoked_by == users["admin"]

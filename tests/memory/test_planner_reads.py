@@ -13,30 +13,23 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agentconsole.wiring import memory_policies
 from memory.domain.preferences import DEFAULT_KEYS
 from memory.models import PreferenceRecord
 from memory.selectors import preferences_for_planner
-from memory.services import preference_revoke, preference_write
+from memory.services import preference_revoke
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.selectors import planner_context
-from tests.memory.memory_kit import load_scenario, run_file
+from tests.memory.memory_kit import confirmed_write, run_file
+from tests.support.runs import load_scenario
 
 ZH_V1 = {"answer_language": {"value": "zh-CN", "source": "user-confirmation", "version": 1}}
 
 
 def _save(subject: str, key: str, value: str, expected_version: int | None = None) -> None:
-    result = preference_write(
-        subject=subject,
-        policy=memory_policies()[key],
-        value=value,
-        expected_version=expected_version,
-        confirmation_id=f"confirm-{subject}-{key}",
-        run_id=None,
-        idempotency_token=None,
+    confirmed_write(
+        subject, key, value, expected_version, confirmation_id=f"confirm-{subject}-{key}"
     )
-    assert result.ok, result
 
 
 def _new_run(subject: str = "alice") -> str:

@@ -16,13 +16,8 @@ from memory.domain.preferences import DEFAULT_KEYS
 from memory.models import PreferenceRecord
 from memory.selectors import preferences_for_planner
 from memory.services import preference_revoke, preference_write
-from tests.memory.memory_kit import (
-    history_rows,
-    load_scenario,
-    memory_snapshot,
-    run_data,
-    run_file,
-)
+from tests.memory.memory_kit import history_rows, memory_snapshot, run_data, run_file
+from tests.support.runs import load_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SEARCH_ONLY = [("p1", "search_public", "succeeded")]

@@ -21,12 +21,8 @@ import pytest
 from django.utils import timezone
 
 from runs.scenarios import parse_scenario
-from tests.memory.memory_kit import (
-    SCENARIO_DIR,
-    Ran,
-    differing_paths,
-    load_scenario,
-)
+from tests.memory.memory_kit import Ran, differing_paths
+from tests.support.runs import SCENARIO_DIR, load_scenario
 
 # Every test may read the database (the batch's rows, rolled back); and pytest-django creates
 # the test database only for runs that collect a django_db test.
@@ -49,21 +45,16 @@ class Case:
 
 
 CASES = [
-    Case(
-        "mem-key-not-allowed",
-        "mem-ok",
-        ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
-        "rejected",
-        "semantic",
-        "MEMORY_KEY_NOT_ALLOWED",
-    ),
-    Case(
-        "mem-key-system-instruction",
-        "mem-ok",
-        ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
-        "rejected",
-        "semantic",
-        "MEMORY_KEY_NOT_ALLOWED",
+    *(
+        Case(
+            name,
+            "mem-ok",
+            ("planner.1.arguments.", "confirmations.0.proposal.arguments."),
+            "rejected",
+            "semantic",
+            "MEMORY_KEY_NOT_ALLOWED",
+        )
+        for name in ("mem-key-not-allowed", "mem-key-system-instruction")
     ),
     Case(
         "mem-value-too-long",

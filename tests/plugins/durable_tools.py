@@ -13,6 +13,7 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from policy.domain.contracts import (
@@ -81,28 +82,32 @@ def _contract(name: str, execute: Any, **overrides: Any) -> ToolContract:
     return ToolContract(**fields)
 
 
+def _isolated(name: str, execute: Any, timeout_ms: int, **overrides: Any) -> ToolContract:
+    """A tool run in a child process that is killed at its deadline."""
+    return _contract(name, execute, isolated=True, timeout_ms=timeout_ms, **overrides)
+
+
+COMPENSATABLE = SideEffect.COMPENSATABLE_WRITE
+
+
 # --- in-process tools --------------------------------------------------------------------------
 
 
-def _flaky(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_flaky", ctx)
-    return ToolOutcome.succeeded({"ok": True})
+def _recording(name: str) -> Callable[[dict[str, Any], ToolContext], ToolOutcome]:
+    """A tool that records its call (token and all) and succeeds."""
+
+    def run(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+        _record(name, ctx)
+        return ToolOutcome.succeeded({"ok": True})
+
+    return run
 
 
-def _steady(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_steady", ctx)
-    return ToolOutcome.succeeded({"ok": True})
-
-
-def _note(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    """A compensatable write to some outside system that cannot be asked afterwards."""
-    _record("durable_note", ctx)
-    return ToolOutcome.succeeded({"ok": True})
-
-
-def _guarded(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
-    _record("durable_guarded", ctx)
-    return ToolOutcome.succeeded({"ok": True})
+_flaky = _recording("durable_flaky")
+_steady = _recording("durable_steady")
+# A compensatable write to some outside system that cannot be asked afterwards.
+_note = _recording("durable_note")
+_guarded = _recording("durable_guarded")
 
 
 def _wait(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
@@ -179,46 +184,26 @@ TOOLS = [
     _contract("durable_note", _note, side_effect=SideEffect.COMPENSATABLE_WRITE, timeout_ms=200),
     _contract("durable_guarded", _guarded, confirmation=ConfirmationMode.PER_CALL),
     _contract("durable_wait", _wait, input_schema=_WAIT_SCHEMA, timeout_ms=10_000),
-    _contract(
-        "durable_isolated_echo",
-        _isolated_echo,
-        output_schema=_ECHO_OUTPUT,
-        isolated=True,
-        timeout_ms=20_000,
-    ),
-    _contract("durable_isolated_sleep", _isolated_sleep, isolated=True, timeout_ms=300),
-    _contract("durable_isolated_hang", _isolated_sleep, isolated=True, timeout_ms=20_000),
-    _contract(
-        "durable_isolated_sleep_write",
-        _isolated_sleep,
-        side_effect=SideEffect.COMPENSATABLE_WRITE,
-        isolated=True,
-        timeout_ms=300,
-    ),
+    _isolated("durable_isolated_echo", _isolated_echo, 20_000, output_schema=_ECHO_OUTPUT),
+    _isolated("durable_isolated_sleep", _isolated_sleep, 300),
+    _isolated("durable_isolated_hang", _isolated_sleep, 20_000),
+    _isolated("durable_isolated_sleep_write", _isolated_sleep, 300, side_effect=COMPENSATABLE),
     _contract("durable_bad_output", _bad_output),
-    _contract("durable_isolated_bad_output", _bad_output, isolated=True, timeout_ms=20_000),
+    _isolated("durable_isolated_bad_output", _bad_output, 20_000),
     # Deadlines far away (60 s): an outcome here is never the deadline's doing.
-    _contract(
-        "durable_isolated_big",
-        _isolated_big,
-        input_schema=_BIG_SCHEMA,
-        isolated=True,
-        timeout_ms=60_000,
-    ),
-    _contract(
+    _isolated("durable_isolated_big", _isolated_big, 60_000, input_schema=_BIG_SCHEMA),
+    _isolated(
         "durable_isolated_big_write",
         _isolated_big,
+        60_000,
         input_schema=_BIG_SCHEMA,
-        side_effect=SideEffect.COMPENSATABLE_WRITE,
-        isolated=True,
-        timeout_ms=60_000,
+        side_effect=COMPENSATABLE,
     ),
-    _contract(
+    _isolated(
         "durable_isolated_secret",
         _isolated_secret,
+        20_000,
         output_schema=_SECRET_OUTPUT,
-        isolated=True,
-        timeout_ms=20_000,
         secret_names=("api_key",),
     ),
 ]

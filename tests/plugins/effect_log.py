@@ -147,37 +147,47 @@ def _contract(**kwargs: Any) -> ToolContract:
     )
 
 
+def _appending(**kwargs: Any) -> ToolContract:
+    """A tool that appends to the effect log: irreversible, answered by ``reconcile``."""
+    return _contract(
+        output_schema=_ENTRY_OUT, side_effect=SideEffect.IRREVERSIBLE, reconcile=reconcile, **kwargs
+    )
+
+
+def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """An input object with exactly these properties."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
 TOOLS = [
-    _contract(
+    _appending(
         name="append_entry",
         description="Append one entry to the external effect log (never deduplicated).",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "entry": {"type": "string", "minLength": 1, "maxLength": 200},
                 "hold_ms": {"type": "integer", "minimum": 0, "maximum": 10_000},
             },
-            "required": ["entry"],
-            "additionalProperties": False,
-        },
-        output_schema=_ENTRY_OUT,
-        side_effect=SideEffect.IRREVERSIBLE,
+            ["entry"],
+        ),
         timeout_ms=20_000,
         execute=append_entry,
-        reconcile=reconcile,
     ),
     _contract(
         name="hang_read",
         description="Read nothing, slowly: ignores cooperative cancel and catchable signals.",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "seconds": {"type": "number", "minimum": 0, "maximum": HANG_LIMIT_S},
                 "grandchild": {"type": "boolean"},
             },
-            "required": ["seconds"],
-            "additionalProperties": False,
-        },
+            ["seconds"],
+        ),
         output_schema={
             "type": "object",
             "properties": {"slept_s": {"type": "number"}},
@@ -188,23 +198,18 @@ TOOLS = [
         execute=hang_read,
         isolated=True,
     ),
-    _contract(
+    _appending(
         name="append_then_hang",
         description="Append one entry, then hang ignoring cooperative cancel.",
-        input_schema={
-            "type": "object",
-            "properties": {
+        input_schema=_closed(
+            {
                 "entry": {"type": "string", "minLength": 1, "maxLength": 200},
                 "seconds": {"type": "number", "minimum": 0, "maximum": HANG_LIMIT_S},
             },
-            "required": ["entry", "seconds"],
-            "additionalProperties": False,
-        },
-        output_schema=_ENTRY_OUT,
-        side_effect=SideEffect.IRREVERSIBLE,
+            ["entry", "seconds"],
+        ),
         timeout_ms=60_000,
         execute=append_then_hang,
-        reconcile=reconcile,
         isolated=True,
     ),
 ]

@@ -1,7 +1,7 @@
 """Realtime tests: the live trace websocket and the console socket.
 
-Personas: alice (user; owns the runs under test), bob (user; an outsider to alice's runs),
-operator (sees every run and the queue counts).
+Personas (tests/support/personas.py): alice (user; owns the runs under test), bob (user; an
+outsider to alice's runs), operator (sees every run and the queue counts).
 
 The channel layer is the in-memory one, or Redis when REDIS_URL is set (as on CI), so the
 same tests check both deployments.
@@ -10,19 +10,14 @@ same tests check both deployments.
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+
+from tests.support.personas import make_user
 
 
 @pytest.fixture
 def personas(db):
-    users = {}
-    for name, role in (("alice", "user"), ("bob", "user"), ("operator", "operator")):
-        user = get_user_model().objects.create_user(username=name, password=name)
-        # get_or_create: transactional tests flush the groups the migration created.
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-        users[name] = user
-    return users
+    roles = {"alice": "user", "bob": "user", "operator": "operator"}
+    return {name: make_user(name, role, password=name) for name, role in roles.items()}
 
 
 @pytest.fixture(autouse=True)

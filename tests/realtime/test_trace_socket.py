@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from runs.domain import lifecycle
 from runs.domain.errors import VersionConflict
 from runs.models import TraceEvent
 from runs.scenarios import parse_scenario, run_scenario
+from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,24 +66,34 @@ async def _receive_events(comm, until_sequence: int, timeout: float = 5) -> list
     return seen
 
 
+async def _replay(comm):
+    """The frames of the replay, then the ``replayed`` marker that ends it."""
+    frames = []
+    while True:
+        frame = await comm.receive_json_from(timeout=5)
+        if frame["type"] == "replayed":
+            return frames, frame
+        frames.append(frame)
+
+
+def _alices_run(personas):
+    """alice, a run of hers, and how many trace events it has."""
+    alice = personas["alice"]
+    run_id = _run_for(alice)
+    return alice, run_id, TraceEvent.objects.filter(run_id=run_id).count()
+
+
 def test_replay_then_live_in_order(personas, monkeypatch):
     # Only the doorbell can deliver the live part: the periodic catch-up is pushed out of reach.
     monkeypatch.setattr(consumers, "CATCH_UP_S", 3600)
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after=0", alice)
         assert connected
-        replayed = []
-        while True:
-            frame = await comm.receive_json_from(timeout=5)
-            if frame["type"] == "replayed":
-                assert frame["last_sequence"] == total
-                break
-            replayed.append(frame["sequence"])
-        assert replayed == list(range(1, total + 1))
+        replayed, marker = await _replay(comm)
+        assert marker["last_sequence"] == total
+        assert [f["sequence"] for f in replayed] == list(range(1, total + 1))
         await sync_to_async(_append)(run_id, 3)
         live = await _receive_events(comm, total + 3)
         assert live == [total + 1, total + 2, total + 3]
@@ -93,9 +103,7 @@ def test_replay_then_live_in_order(personas, monkeypatch):
 
 
 def test_reconnect_with_after_gives_no_gap_and_no_duplicate(personas):
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         headers = alice
@@ -128,9 +136,7 @@ def test_periodic_catch_up_delivers_when_the_doorbell_is_lost(personas, monkeypa
         return store
 
     monkeypatch.setattr(wiring, "store", silent_store)
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after={total}", alice)
@@ -147,25 +153,12 @@ def test_periodic_catch_up_delivers_when_the_doorbell_is_lost(personas, monkeypa
 
 
 def test_several_writers_no_gap_no_duplicate(personas):
-    alice = personas["alice"]
-    run_id = _run_for(alice)
-    total = TraceEvent.objects.filter(run_id=run_id).count()
+    alice, run_id, total = _alices_run(personas)
     writers, per_writer = 3, 10
 
     def write_concurrently() -> None:
-        def one(k: int) -> None:
-            from django.db import connections
-
-            try:
-                _append(run_id, per_writer, who=f"w{k}")
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=one, args=(k,)) for k in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        outcomes = race(lambda k: _append(run_id, per_writer, who=f"w{k}"), writers)
+        assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
 
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after=0", alice)
@@ -231,12 +224,7 @@ def test_frames_hold_trace_summaries_only(personas):
     async def scenario():
         comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", alice)
         assert connected
-        frames = []
-        while True:
-            frame = await comm.receive_json_from(timeout=5)
-            if frame["type"] == "replayed":
-                break
-            frames.append(frame)
+        frames, _ = await _replay(comm)
         await comm.disconnect()
         return frames
 

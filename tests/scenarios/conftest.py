@@ -14,66 +14,27 @@ invariants that hold whatever the scenario (see ``ScenarioResult.check_invariant
 from __future__ import annotations
 
 import copy
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-import runs
-from runs.corpus import demo_corpus_dir, document_load
+from memory.models import PreferenceHistory, PreferenceRecord
+from tests.support.runs import (
+    ExportedRun,
+    load_scenario,
+    run_fixture_json,
+    scenario_path,
+    use_run_output_root,
+)
 
-SCENARIO_DIR = Path(runs.__file__).resolve().parent / "fixtures" / "scenarios"
 TERMINAL = {"completed", "failed", "cancelled"}
 
 
-class ScenarioResult:
+class ScenarioResult(ExportedRun):
     """The ``--json`` output of one ``run_fixture`` call, with small lookups."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.state: dict[str, Any] = data["state"]
-        self.trace: list[dict[str, Any]] = data["trace"]
-        self.observations: list[dict[str, Any]] = data["observations"]
-        self.ledger: list[dict[str, Any]] = data["ledger"]
-        self.grants: list[dict[str, Any]] = data["grants"]
-        self.confirmations: list[dict[str, Any]] = data["confirmations"]
-        self.preferences: list[dict[str, Any]] = data["preferences"]
-        self.artifacts: list[dict[str, Any]] = data["artifacts"]
-
-    @property
-    def run_id(self) -> str:
-        return self.state["run_id"]
-
-    @property
-    def status(self) -> str:
-        return self.state["status"]
-
-    @property
-    def stop_reason(self) -> str | None:
-        return self.state["stop_reason"]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.trace if e["event"] == name]
-
-    def rejections(self) -> list[tuple[str | None, str, str]]:
-        """(proposal id, layer, code) of every ``proposal.rejected`` event, in order."""
-        return [
-            (e["proposal_id"], e["details"]["layer"], e["details"]["code"])
-            for e in self.events("proposal.rejected")
-        ]
-
-    def ledger_rows(self) -> list[tuple[str, str, str]]:
-        """(proposal id, tool name, status) of every ledger row, in order."""
-        return [(r["proposal_id"], r["tool_name"], r["status"]) for r in self.ledger]
-
-    def observation(self, observation_id: str) -> dict[str, Any]:
-        found = [o for o in self.observations if o["observation_id"] == observation_id]
-        assert len(found) == 1, f"expected one observation {observation_id}, got {found}"
-        return found[0]
 
     def observation_ids(self) -> list[str]:
         return [o["observation_id"] for o in self.observations]
@@ -135,38 +96,44 @@ class ScenarioResult:
             assert self.events("final.validated") == []
 
 
-def scenario_path(name: str) -> Path:
-    path = SCENARIO_DIR / f"{name}.json"
-    assert path.is_file(), f"missing scenario file {path}"
-    return path
-
-
-def load_scenario(name: str) -> dict[str, Any]:
-    return json.loads(scenario_path(name).read_text(encoding="utf-8"))
-
-
 def run_command(path: Path | str) -> ScenarioResult:
-    buf = io.StringIO()
-    call_command("run_fixture", str(path), "--json", stdout=buf)
-    result = ScenarioResult(json.loads(buf.getvalue()))
+    result = ScenarioResult(run_fixture_json(path))
     result.check_invariants()
     return result
+
+
+def rejected_then_answered(result: ScenarioResult, layer: str, codes: list[str]) -> None:
+    """p1..pN were rejected at ``layer`` with ``codes``; then one search ran and the answer
+    citing it was validated."""
+    completed_with(
+        result,
+        [(f"p{i}", layer, code) for i, code in enumerate(codes, 1)],
+        [(f"p{len(codes) + 1}", "search_public", "succeeded")],
+    )
+
+
+def completed_with(
+    result: ScenarioResult,
+    rejections: list[tuple[str, str, str]],
+    ledger: list[tuple[str, str, str]],
+) -> None:
+    """The run completed on a validated answer, with these rejections and ledger rows."""
+    assert result.rejections() == rejections
+    assert (result.status, result.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert result.ledger_rows() == ledger
+
+
+def nothing_remembered(result: ScenarioResult) -> None:
+    """The run wrote no long-term memory: none reported, no record, no history row."""
+    assert result.preferences == []
+    assert PreferenceRecord.objects.count() == 0
+    assert PreferenceHistory.objects.count() == 0
 
 
 @pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
     """Artifacts of every run go under this test's tmp_path (read when each run starts)."""
-    settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def corpus(transactional_db: None) -> None:
-    """The demo corpus that ``search_public`` reads, committed so the tool thread sees it."""
-    files = sorted(demo_corpus_dir().glob("*.md"))
-    assert files, "the demo corpus is empty"
-    for path in files:
-        document_load(path=path)
+    return use_run_output_root(settings, tmp_path)
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from memory.models import PreferenceHistory, PreferenceRecord
+from memory.models import PreferenceRecord
 from policy.models import Confirmation
 from runs.models import Artifact, LedgerEntry
+from tests.scenarios.conftest import completed_with, nothing_remembered, rejected_then_answered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,9 +32,7 @@ def test_save_preference_without_memory_write_grant_is_missing_capability(run_sc
     assert result.status == "completed"
     assert result.stop_reason == "FINAL_ANSWER_VALIDATED"
     assert result.ledger_rows() == [("p1", "search_public", "succeeded")]
-    assert result.preferences == []
-    assert PreferenceRecord.objects.count() == 0
-    assert PreferenceHistory.objects.count() == 0
+    nothing_remembered(result)
     # Authorization comes before confirmation: nobody is asked to confirm a forbidden call.
     assert result.confirmations == []
     assert Confirmation.objects.count() == 0
@@ -66,16 +65,8 @@ def test_path_escapes_are_rejected_at_the_semantic_layer_and_write_nothing(
 
     result = run_scenario("s15-path-escape")
 
-    assert result.rejections() == [
-        ("p1", "semantic", "PATH_OUTSIDE_ROOT"),
-        ("p2", "semantic", "PATH_OUTSIDE_ROOT"),
-        ("p3", "semantic", "PATH_OUTSIDE_ROOT"),
-        ("p4", "semantic", "PATH_OUTSIDE_ROOT"),
-    ]
-    assert result.status == "completed"
-    assert result.stop_reason == "FINAL_ANSWER_VALIDATED"
     # No write_artifact command was ever issued: the only ledger row is the search.
-    assert result.ledger_rows() == [("p5", "search_public", "succeeded")]
+    rejected_then_answered(result, "semantic", ["PATH_OUTSIDE_ROOT"] * 4)
     assert not LedgerEntry.objects.filter(tool_name="write_artifact").exists()
     assert result.artifacts == []
     assert Artifact.objects.count() == 0
@@ -139,10 +130,11 @@ def test_valid_write_artifact_stores_the_file_and_its_hash(
 def test_grant_constraint_narrows_the_scope(run_scenario, run_output_root, list_files):
     result = run_scenario("s15-grant-constraint")
 
-    assert result.rejections() == [("p1", "authorization", "CAPABILITY_CONSTRAINT_VIOLATED")]
-    assert result.status == "completed"
-    assert result.stop_reason == "FINAL_ANSWER_VALIDATED"
-    assert result.ledger_rows() == [("p2", "write_artifact", "succeeded")]
+    completed_with(
+        result,
+        [("p1", "authorization", "CAPABILITY_CONSTRAINT_VIOLATED")],
+        [("p2", "write_artifact", "succeeded")],
+    )
     assert [a["path"] for a in result.artifacts] == ["run-output/reports/ok.txt"]
     assert Artifact.objects.count() == 1
     run_dir = run_output_root / result.run_id

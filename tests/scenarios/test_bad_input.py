@@ -24,6 +24,7 @@ from django.db import connection
 
 from policy.models import Confirmation, Grant
 from runs.models import Run
+from tests.support.planner import tool_call
 
 MANAGE_DIR = Path(django_settings.BASE_DIR)
 
@@ -35,13 +36,7 @@ VALID: dict[str, Any] = {
     "budgets": {"max_steps": 4, "max_tool_calls": 2, "max_repeated_proposal": 2},
     "grants": [{"capability": "search:public", "resource_scope": "public", "expires_at_step": 4}],
     "planner": [
-        {
-            "kind": "tool",
-            "proposal_id": "p1",
-            "tool_name": "search_public",
-            "tool_version": "1",
-            "arguments": {"query": "retry quarantine queue"},
-        },
+        tool_call("p1", "search_public", {"query": "retry quarantine queue"}, sources=None),
         {"kind": "final", "answer": "Quarantine.", "citation_observation_ids": ["tool-1"]},
     ],
 }

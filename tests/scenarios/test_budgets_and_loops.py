@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from runs.domain import runner as runner_module
+from agentconsole import wiring
 from runs.models import LedgerEntry
+from tests.support.clock import AheadClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LOOP = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
+
+
+def _failed(result, reason, **state):
+    """The run failed for ``reason``, with these values in its state."""
+    assert (result.status, result.stop_reason) == ("failed", reason)
+    assert {k: result.state[k] for k in state} == state
 
 
 def _budgets(scenario_data, name, **changes):
@@ -23,10 +30,8 @@ def test_repeating_a_rejected_proposal_stops_the_run(run_variant, scenario_data,
     budgets = _budgets(scenario_data, "s15-loop-rejected", max_repeated_proposal=max_repeated)
     result = run_variant("s15-loop-rejected", budgets=budgets)
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
+    _failed(result, LOOP, step=max_repeated + 1)
     assert len(result.events("planner.output")) == max_repeated + 1
-    assert result.state["step"] == max_repeated + 1
     (loop,) = result.events("proposal.loop-detected")
     assert loop["details"]["code"] == LOOP
     assert loop["proposal_id"] == "p1"
@@ -40,10 +45,7 @@ def test_repeating_a_rejected_proposal_stops_the_run(run_variant, scenario_data,
 def test_repeating_a_rejected_proposal_stops_long_before_the_step_budget(run_scenario):
     result = run_scenario("s15-loop-rejected")
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["max_repeated_proposal"] == 2
-    assert result.state["step"] == 3
+    _failed(result, LOOP, max_repeated_proposal=2, step=3)
     assert result.state["step"] < result.state["max_steps"]
     assert result.ledger == []
 
@@ -54,10 +56,7 @@ def test_repeating_an_identical_search_stops_the_run(run_variant, scenario_data,
     budgets = _budgets(scenario_data, "s15-loop-search", max_repeated_proposal=max_repeated)
     result = run_variant("s15-loop-search", budgets=budgets)
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["step"] == max_repeated + 1
-    assert result.state["tool_calls"] == max_repeated
+    _failed(result, LOOP, step=max_repeated + 1, tool_calls=max_repeated)
     expected = [(f"p{i}", "search_public", "succeeded") for i in range(1, max_repeated + 1)]
     assert result.ledger_rows() == expected
     (loop,) = result.events("proposal.loop-detected")
@@ -69,10 +68,7 @@ def test_repeating_an_identical_search_stops_the_run(run_variant, scenario_data,
 def test_repeating_an_identical_search_stays_within_the_tool_call_budget(run_scenario):
     result = run_scenario("s15-loop-search")
 
-    assert result.status == "failed"
-    assert result.stop_reason == LOOP
-    assert result.state["step"] == 3
-    assert result.state["tool_calls"] == 2
+    _failed(result, LOOP, step=3, tool_calls=2)
     assert result.state["tool_calls"] < result.state["max_tool_calls"]
     assert result.ledger_rows() == [
         ("p1", "search_public", "succeeded"),
@@ -84,17 +80,20 @@ def test_deadline_reached_before_the_first_tool(run_scenario, monkeypatch):
     """deadline_ms=1 and the first planner output is a search: no tool may start.
 
     Timing: the run's absolute deadline is fixed in ``run_create`` (wall clock + 1 ms); the
-    runner checks it before every step through its clock (``SystemClock``), and the gate's
+    runner checks it before every step through its clock (``runs.domain.clock``), and the gate's
     budget layer checks it again. On the real clock the run only fails if at least 1 ms passes
     between creating the run and its first step (measured: about 20 ms on SQLite, a few ms on
     PostgreSQL), which holds in practice but is not guaranteed: on a fast enough machine the
     first step could still see "before the deadline" and the search would run. So the runner's
     clock is set one second ahead of the wall clock that fixed the deadline (only the clock
-    port; store, gate, tools and command are real). The outcome then no longer depends on how
-    fast the machine is.
+    the runner is built with; store, gate, tools and command are real). The outcome then no
+    longer depends on how fast the machine is.
     """
-    real_now = runner_module.SystemClock.now_ms
-    monkeypatch.setattr(runner_module.SystemClock, "now_ms", lambda self: real_now(self) + 1_000)
+    real_runner = wiring.runner
+    ahead = AheadClock(1_000)
+    monkeypatch.setattr(
+        wiring, "runner", lambda lease_owner=None, clock=None: real_runner(lease_owner, ahead)
+    )
 
     result = run_scenario("s15-deadline")
 
@@ -113,10 +112,7 @@ def test_deadline_reached_before_the_first_tool(run_scenario, monkeypatch):
 def test_max_tool_calls_stops_before_the_extra_call(run_scenario):
     result = run_scenario("s15-max-tool-calls")
 
-    assert result.status == "failed"
-    assert result.stop_reason == "MAX_TOOL_CALLS_REACHED"
-    assert result.state["max_tool_calls"] == 2
-    assert result.state["tool_calls"] == 2
+    _failed(result, "MAX_TOOL_CALLS_REACHED", max_tool_calls=2, tool_calls=2)
     assert result.ledger_rows() == [
         ("p1", "search_public", "succeeded"),
         ("p2", "search_public", "succeeded"),

@@ -18,7 +18,6 @@ from policy.domain.proposals import parse_planner_output
 from policy.models import Confirmation
 from policy.models import Confirmation as ConfirmationRow
 from runs import services
-from runs.domain.budgets import RunBudgets
 from runs.domain.errors import IntegrityViolation
 from runs.domain.ids import MINTED_MARK, minted_confirmation_id
 from runs.domain.machine import Status
@@ -26,6 +25,7 @@ from runs.models import Handoff, Run
 from runs.scenarios import ScenarioError, parse_scenario
 from runs.store import OrmRunStore
 from tests.services.services_kit import MEMORY_GRANT, create_run, save_language
+from tests.support.runs import bare_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,12 +99,7 @@ def test_run_create_refuses_a_confirmation_name_outside_the_input_namespace(name
     """issue 9 item 4: the service checks too (a Python caller skips the scenario schema)."""
     proposal = {"tool_name": "save_preference", "tool_version": "1", "arguments": {}}
     with pytest.raises(DomainError) as raised:
-        services.run_create(
-            subject="alice",
-            goal="g",
-            budgets=RunBudgets(),
-            grants=[],
-            planner={"kind": "fixture", "outputs": []},
+        bare_run(
             confirmations=[
                 {"confirmation_id": name, "proposal": proposal, "approved": True,
                  "expires_at_step": 1}

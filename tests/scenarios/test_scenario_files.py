@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-import runs
 from runs.scenarios import parse_scenario
+from tests.support.runs import SCENARIO_DIR
 
-SCENARIO_DIR = Path(runs.__file__).resolve().parent / "fixtures" / "scenarios"
 FILES = sorted(SCENARIO_DIR.glob("*.json"))
 
 

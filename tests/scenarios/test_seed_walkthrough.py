@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory.models import PreferenceHistory, PreferenceRecord
 from policy.models import Confirmation
 from runs.models import Artifact, LedgerEntry
+from tests.scenarios.conftest import nothing_remembered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,9 +56,7 @@ def test_seed_walkthrough_completes_without_crossing_the_memory_boundary(run_sce
     assert policy_2["content"]["code"] == "MEMORY_KEY_NOT_ALLOWED"
 
     # Long-term memory stays empty; nothing was asked of a person; nothing was written.
-    assert result.preferences == []
-    assert PreferenceRecord.objects.count() == 0
-    assert PreferenceHistory.objects.count() == 0
+    nothing_remembered(result)
     assert result.confirmations == []
     assert Confirmation.objects.count() == 0
     assert result.artifacts == []

@@ -9,6 +9,7 @@ from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.domain.state import RunState
+from tests.support.planner import tool_call
 
 SUBJECT = "alice"
 SEARCH_GRANT = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 100}
@@ -16,25 +17,11 @@ MEMORY_GRANT = {"capability": "memory:write", "resource_scope": SUBJECT, "expire
 
 
 def search(pid: str, query: str) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "search_public",
-        "tool_version": "1",
-        "arguments": {"query": query},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "search_public", {"query": query})
 
 
 def save_language(pid: str, value: str) -> dict[str, Any]:
-    return {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": "save_preference",
-        "tool_version": "1",
-        "arguments": {"key": "answer_language", "value": value},
-        "source_observation_ids": ["user-1"],
-    }
+    return tool_call(pid, "save_preference", {"key": "answer_language", "value": value})
 
 
 def create_run(

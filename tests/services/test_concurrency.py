@@ -7,12 +7,7 @@ else gets a conflict and leaves no trace.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any
-
 import pytest
-from django.db import connections
 
 from agentconsole import wiring
 from policy.domain.errors import DomainError
@@ -25,40 +20,10 @@ from runs.domain import trace as ev
 from runs.domain.decide import decide
 from runs.domain.errors import VersionConflict
 from runs.domain.machine import Status
-from tests.services.services_kit import (
-    MEMORY_GRANT,
-    create_run,
-    save_language,
-    search,
-    trace,
-)
+from tests.services.services_kit import MEMORY_GRANT, create_run, save_language, search, trace
+from tests.support.races import THREADS, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-THREADS = 20
-
-
-def race(work: Callable[[int], Any]) -> list[Any]:
-    """Run ``work(i)`` in THREADS threads released together; return each result or exception."""
-    barrier = threading.Barrier(THREADS)
-    results: list[Any] = [None] * THREADS
-
-    def target(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = work(i)
-        except Exception as exc:
-            results[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(THREADS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a writer is stuck"
-    return results
 
 
 def test_twenty_commits_from_one_loaded_state_exactly_one_applies(postgres_only: None) -> None:

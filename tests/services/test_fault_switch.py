@@ -19,13 +19,13 @@ from django.test.utils import CaptureQueriesContext
 
 from agentconsole import wiring
 from runs import fault_switch, faults, services
-from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.executor import ThreadExecutor
 from runs.faults import FaultingExecutor
 from runs.isolation import run_isolated
 from runs.models import Run
 from tests.services.services_kit import create_run, search
+from tests.support.runs import bare_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,26 +75,12 @@ def test_off_a_run_with_a_fault_plan_is_refused_at_creation(settings):
     """issue 9 item 6: a plan that would silently do nothing is refused: FAULTS_DISABLED."""
     settings.AGENTCONSOLE_FAULTS_ENABLED = False
     with pytest.raises(fault_switch.FaultsDisabled) as raised:
-        services.run_create(
-            subject="alice",
-            goal="g",
-            budgets=RunBudgets(),
-            grants=[],
-            planner={"kind": "fixture", "outputs": []},
-            faults=PLAN,
-        )
+        bare_run(faults=PLAN)
     assert raised.value.code == "FAULTS_DISABLED"
     assert Run.objects.count() == 0
 
     settings.AGENTCONSOLE_FAULTS_ENABLED = True
-    state = services.run_create(
-        subject="alice",
-        goal="g",
-        budgets=RunBudgets(),
-        grants=[],
-        planner={"kind": "fixture", "outputs": []},
-        faults=PLAN,
-    )
+    state = bare_run(faults=PLAN)
     assert state.status is Status.CREATED
 
 

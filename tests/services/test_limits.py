@@ -19,7 +19,7 @@ from runs.domain.budgets import RunBudgets
 from runs.limits import DAY_MS, OrmStepQuota, RunLimits
 from runs.scenarios import parse_scenario, run_scenario
 from tests.services.services_kit import SEARCH_GRANT
-from tests.services.test_concurrency import THREADS, race
+from tests.support.races import THREADS, race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

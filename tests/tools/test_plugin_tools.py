@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from agentconsole import wiring
+from tests.support.planner import tool_call
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "wordcount.py"
@@ -35,13 +36,7 @@ def test_plugin_tool_runs_through_the_gate(plugin_registry, tmp_path):
         "goal": "count words",
         "grants": [{"capability": "text:analyze", "resource_scope": "*", "expires_at_step": 3}],
         "planner": [
-            {
-                "kind": "tool",
-                "proposal_id": "p1",
-                "tool_name": "word_count",
-                "tool_version": "1",
-                "arguments": {"text": "one two three"},
-            },
+            tool_call("p1", "word_count", {"text": "one two three"}, sources=None),
             {"kind": "final", "answer": "three words", "citation_observation_ids": ["tool-1"]},
         ],
     }
@@ -57,21 +52,20 @@ def test_plugin_tool_runs_through_the_gate(plugin_registry, tmp_path):
     assert "one two three" not in json.dumps(result["trace"])
 
 
-def test_unimportable_plugin_is_a_configuration_error(settings):
-    settings.AGENTCONSOLE_TOOLS = ["tests.plugins.no_such_module"]
+@pytest.mark.parametrize(
+    ("tools", "message"),
+    [
+        (["tests.plugins.no_such_module"], "cannot import"),
+        # The same tool identity twice (the module and its contract()) is refused.
+        (["tests.plugins.wordcount", "tests.plugins.wordcount.contract"], "registered twice"),
+    ],
+    ids=["unimportable", "duplicate-identity"],
+)
+def test_a_bad_plugin_setting_is_a_configuration_error(settings, tools, message):
+    settings.AGENTCONSOLE_TOOLS = tools
     wiring.registry.cache_clear()
     try:
-        with pytest.raises(ImproperlyConfigured, match="cannot import"):
-            wiring.registry()
-    finally:
-        wiring.registry.cache_clear()
-
-
-def test_duplicate_tool_identity_is_refused(settings):
-    settings.AGENTCONSOLE_TOOLS = ["tests.plugins.wordcount", "tests.plugins.wordcount.contract"]
-    wiring.registry.cache_clear()
-    try:
-        with pytest.raises(ImproperlyConfigured, match="registered twice"):
+        with pytest.raises(ImproperlyConfigured, match=message):
             wiring.registry()
     finally:
         wiring.registry.cache_clear()

@@ -9,7 +9,6 @@ it ended, so the short run waited behind a whole long run (each long run here is
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -19,7 +18,8 @@ from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL, Status
-from tests.workers.worker_kit import Worker
+from tests.support.workers import Worker, worker_alive
+from tests.support.workers import wait_for as poll
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -60,19 +60,25 @@ def create(subject: str, outputs: list[dict[str, Any]], steps: int) -> str:
 
 def wait_for(worker: Worker, run_ids: list[str], statuses: frozenset[str]) -> dict[str, int]:
     """Poll until every run is in ``statuses``; return each run's step at that moment."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        rows = {
-            r: (s, n)
-            for r, s, n in m.Run.objects.filter(pk__in=run_ids).values_list("id", "status", "step")
-        }
-        if all(rows[r][0] in statuses for r in run_ids):
-            return {r: n for r, (_, n) in rows.items()}
-        if time.monotonic() > deadline:
-            pytest.fail(f"runs not in {sorted(statuses)} after {WAIT_S}s: {rows}\n{worker.log()}")
-        if worker.process.poll() is not None:
-            pytest.fail(f"the worker exited with {worker.process.returncode}:\n{worker.log()}")
-        time.sleep(0.05)
+
+    def arrived() -> dict[str, int] | None:
+        rows = m.Run.objects.filter(pk__in=run_ids).values_list("id", "status", "step")
+        found = {r: (s, n) for r, s, n in rows}
+        if all(r in found and found[r][0] in statuses for r in run_ids):
+            return {r: n for r, (_, n) in found.items()}
+        return None
+
+    return poll(
+        arrived,
+        timeout_s=WAIT_S,
+        what=f"runs in {sorted(statuses)}",
+        log=lambda: (
+            f"{list(m.Run.objects.filter(pk__in=run_ids).values_list('status', 'step'))}\n"
+            + worker.log()
+        ),
+        check=worker_alive(worker),
+        poll_s=0.05,
+    )
 
 
 def test_a_flood_from_one_subject_does_not_hold_another_subjects_run(
@@ -109,12 +115,16 @@ def test_a_flood_from_one_subject_does_not_hold_another_subjects_run(
             flood,
             frozenset({Status.RUNNING.value}),
         )
-        later = time.monotonic() + WAIT_S
-        while min(dict(m.Run.objects.filter(pk__in=flood).values_list("id", "step")).values()) < (
-            4 * slice_steps
-        ):
-            assert time.monotonic() < later, celery_worker.log()
-            time.sleep(0.05)
+        poll(
+            lambda: (
+                min(m.Run.objects.filter(pk__in=flood).values_list("step", flat=True))
+                >= 4 * slice_steps
+            ),
+            timeout_s=WAIT_S,
+            what="the long runs advanced past four slices",
+            log=celery_worker.log,
+            poll_s=0.05,
+        )
     finally:
         for run_id in flood:
             services.run_cancel(run_id=run_id, by="test", enqueue=True)

@@ -7,7 +7,6 @@ truth in both deployments) until the run reaches a state, bounded.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -23,7 +22,7 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL, Status
 from runs.domain.state import RunState
 from runs.scenarios import Scenario, parse_scenario
-from tests.workers.worker_kit import Worker
+from tests.support.workers import Worker, wait_for, worker_alive
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -61,18 +60,22 @@ def wait_until(
 ) -> dict[str, str]:
     """Poll until every run is in one of ``statuses``; fail with the worker's log otherwise."""
     run_ids = list(run_ids)
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def arrived() -> dict[str, str] | None:
         current = dict(m.Run.objects.filter(pk__in=run_ids).values_list("id", "status"))
-        if len(current) == len(run_ids) and all(s in statuses for s in current.values()):
-            return current
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"runs not in {sorted(statuses)} after {WAIT_S}s: {current}\n{worker.log()}"
-            )
-        if worker.process.poll() is not None:
-            pytest.fail(f"the worker exited with {worker.process.returncode}:\n{worker.log()}")
-        time.sleep(0.1)
+        done = len(current) == len(run_ids) and all(s in statuses for s in current.values())
+        return current if done else None
+
+    return wait_for(
+        arrived,
+        timeout_s=WAIT_S,
+        what=f"runs in {sorted(statuses)}",
+        log=lambda: (
+            f"{list(m.Run.objects.filter(pk__in=run_ids).values_list('status'))}\n" + worker.log()
+        ),
+        check=worker_alive(worker),
+        poll_s=0.1,
+    )
 
 
 def trace(run_id: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -124,10 +127,12 @@ def test_ten_runs_enqueued_at_once_each_complete_exactly_once(
         ledger = m.LedgerEntry.objects.filter(run_id=run_id)
         assert list(ledger.values_list("status", flat=True)) == ["succeeded"], run_id
     # Each task ran once, in the worker, and returned the run's final status.
-    deadline = time.monotonic() + 5
-    while len(celery_worker.task_lines("succeeded")) < succeeded_before + 10:
-        assert time.monotonic() < deadline, celery_worker.log()
-        time.sleep(0.1)
+    wait_for(
+        lambda: len(celery_worker.task_lines("succeeded")) >= succeeded_before + 10,
+        timeout_s=5,
+        what="ten task results in the worker's log",
+        log=celery_worker.log,
+    )
     finished = celery_worker.task_lines("succeeded")[succeeded_before:]
     assert len(finished) == 10, finished
     assert all(line.endswith("'completed'") for line in finished), finished
