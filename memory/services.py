@@ -91,24 +91,22 @@ def preference_write(
         if done is not None:
             return WriteResult(True, done.version, replayed=True)
     expires_at = timezone.now() + timedelta(days=policy.retention_days)
-    conflict = None
+    written = {
+        "value": value,
+        "confirmation_id": confirmation_id,
+        "created_by_run": run_id,
+        "expires_at": expires_at,
+    }
     try:
         with transaction.atomic():
             record = PreferenceRecord.objects.filter(subject=subject, key=policy.key).first()
             if record is None:
                 if expected_version not in (None, 0):
-                    conflict = WriteResult(
+                    return WriteResult(
                         False, 0, "PREFERENCE_VERSION_CONFLICT", proposed_value=value
                     )
-                    return conflict
                 record = PreferenceRecord.objects.create(
-                    subject=subject,
-                    key=policy.key,
-                    value=value,
-                    confirmation_id=confirmation_id,
-                    version=1,
-                    created_by_run=run_id,
-                    expires_at=expires_at,
+                    subject=subject, key=policy.key, version=1, **written
                 )
             else:
                 if expected_version is None and record.revoked_at is None:
@@ -116,19 +114,7 @@ def preference_write(
                     # re-set a revoked key; an active value is changed only knowingly.
                     return _conflict(record, value)
                 read = record.version if expected_version is None else expected_version
-                # The race: two writers read the same version; one UPDATE matches, one doesn't.
-                n = PreferenceRecord.objects.filter(pk=record.pk, version=read).update(
-                    value=value,
-                    version=read + 1,
-                    confirmation_id=confirmation_id,
-                    created_by_run=run_id,
-                    expires_at=expires_at,
-                    revoked_at=None,
-                    revoked_by=None,
-                    revoke_reason="",
-                    updated_at=timezone.now(),
-                )
-                if n != 1:
+                if not _update_at_version(record.pk, read, written):
                     return _conflict(PreferenceRecord.objects.get(pk=record.pk), value)
                 record.version = read + 1
             PreferenceHistory.objects.create(
@@ -150,6 +136,20 @@ def preference_write(
             return WriteResult(False, 0, "PREFERENCE_VERSION_CONFLICT", proposed_value=value)
         return _conflict(current, value)
     return WriteResult(True, record.version)
+
+
+def _update_at_version(pk: int, read: int, written: dict[str, Any]) -> bool:
+    """The conditional UPDATE; False when another writer moved the version first."""
+    # The race: two writers read the same version; one UPDATE matches, one doesn't.
+    n = PreferenceRecord.objects.filter(pk=pk, version=read).update(
+        **written,
+        version=read + 1,
+        revoked_at=None,
+        revoked_by=None,
+        revoke_reason="",
+        updated_at=timezone.now(),
+    )
+    return n == 1
 
 
 def _conflict(record: PreferenceRecord, proposed: str) -> WriteResult:

@@ -53,8 +53,10 @@ def confirmation_get(*, confirmation_id: str | None) -> ConfirmationRow:
 
 
 def grants_export(*, run_id: str) -> list[dict[str, Any]]:
-    return list(
-        Grant.objects.filter(run_id=run_id)
+    # dict(...) per row: django-stubs types values() rows as a TypedDict, not dict[str, Any].
+    return [
+        dict(row)
+        for row in Grant.objects.filter(run_id=run_id)
         .order_by("id")
         .values(
             "id",
@@ -65,12 +67,13 @@ def grants_export(*, run_id: str) -> list[dict[str, Any]]:
             "calls_used",
             "constraints",
         )
-    )
+    ]
 
 
 def confirmations_export(*, run_id: str) -> list[dict[str, Any]]:
-    return list(
-        ConfirmationRow.objects.filter(run_id=run_id)
+    return [
+        dict(row)
+        for row in ConfirmationRow.objects.filter(run_id=run_id)
         .order_by("requested_at", "id")
         .values(
             "id",
@@ -82,7 +85,7 @@ def confirmations_export(*, run_id: str) -> list[dict[str, Any]]:
             "cites_untrusted",
             "origin",
         )
-    )
+    ]
 
 
 def pending_confirmations_count() -> int:

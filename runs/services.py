@@ -95,25 +95,7 @@ def run_create(
         CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
         for i, g in enumerate(grants)
     ]
-    bound_confirmations, proposals = [], {}
-    for c in confirmations:
-        p = c["proposal"]
-        # Ids from a file are names within the run; the stored id is scoped by the run id and
-        # can never equal one the runtime mints (runs.domain.ids).
-        cid = _caller_confirmation_id(run_id, c["confirmation_id"])
-        bound_confirmations.append(
-            Confirmation(
-                confirmation_id=cid,
-                run_id=run_id,
-                proposal_hash=proposal_hash(p["tool_name"], p["tool_version"], p["arguments"]),
-                status=ConfirmationStatus.APPROVED
-                if c["approved"]
-                else ConfirmationStatus.DECLINED,
-                expires_at_step=c["expires_at_step"],
-                tool_name=p["tool_name"],
-            )
-        )
-        proposals[cid] = p
+    bound_confirmations, proposals = _bind_confirmations(run_id, confirmations)
     store = resolve(ctx).store()
     with transaction.atomic():
         # First in the transaction: the lock on the subject's row is held until the run exists.
@@ -129,19 +111,49 @@ def run_create(
             proposals=proposals,
             faults=faults,
         )
-        created = Commit(expected_version=state.version, state=state.model_copy(deep=True))
-        created.events.append(
-            ev.TraceDraft(
-                ev.RUN_CREATED,
-                None,
-                {"grants": len(bound), "planner": planner.get("kind", "fixture")},
-            )
-        )
-        created.state.version += 1
-        state = store.apply(created)
+        state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
         if enqueue:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _bind_confirmations(
+    run_id: str, confirmations: Sequence[dict[str, Any]]
+) -> tuple[list[Confirmation], dict[str, Any]]:
+    """Scenario confirmations, each bound to the hash of the proposal it names."""
+    bound: list[Confirmation] = []
+    proposals: dict[str, Any] = {}
+    for c in confirmations:
+        p = c["proposal"]
+        # Ids from a file are names within the run; the stored id is scoped by the run id and
+        # can never equal one the runtime mints (runs.domain.ids).
+        cid = _caller_confirmation_id(run_id, c["confirmation_id"])
+        bound.append(
+            Confirmation(
+                confirmation_id=cid,
+                run_id=run_id,
+                proposal_hash=proposal_hash(p["tool_name"], p["tool_version"], p["arguments"]),
+                status=ConfirmationStatus.APPROVED
+                if c["approved"]
+                else ConfirmationStatus.DECLINED,
+                expires_at_step=c["expires_at_step"],
+                tool_name=p["tool_name"],
+            )
+        )
+        proposals[cid] = p
+    return bound, proposals
+
+
+def _created_commit(state: RunState, *, grants: int, planner: dict[str, Any]) -> Commit:
+    """The run's first trace event, through the same compare-and-set as every later write."""
+    created = Commit(expected_version=state.version, state=state.model_copy(deep=True))
+    created.events.append(
+        ev.TraceDraft(
+            ev.RUN_CREATED, None, {"grants": grants, "planner": planner.get("kind", "fixture")}
+        )
+    )
+    created.state.version += 1
+    return created
 
 
 def _caller_confirmation_id(run_id: str, name: Any) -> str:
