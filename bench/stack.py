@@ -226,6 +226,27 @@ def _private_broker(ctx: Context) -> Iterator[dict[str, str]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def forget_queue(url: str, tag: str) -> None:
+    """Delete a private queue's keys and kombu bindings from a Redis broker (benchmarks and tests
+    give each worker a queue named after ``tag``; nothing of theirs may outlive them)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(match=f"*{tag}*"):
+            client.delete(key)
+        for key in client.scan_iter(match="_kombu.binding.*"):
+            for member in client.smembers(key):
+                if tag.encode() in member:
+                    client.srem(key, member)
+        # Expiry entries of exchanges that no longer have any binding (ours were the last).
+        for exchange in client.zrange("_kombu.binding_deadlines", 0, -1):
+            if not client.exists(b"_kombu.binding." + exchange):
+                client.zrem("_kombu.binding_deadlines", exchange)
+    finally:
+        client.close()
+
+
 def _redis_cleanup(ctx: Context, tag: str, run_ids: Collection[str] = ()) -> None:
     """Delete the Redis keys and bindings naming ``tag`` (our queues, our workers' pidbox
     bindings); drop from the shared default queue any message still naming one of our runs; drop
@@ -245,17 +266,9 @@ def _redis_cleanup(ctx: Context, tag: str, run_ids: Collection[str] = ()) -> Non
             layer.delete(f"{prefix}:group:{run_group(run_id)}")
     finally:
         layer.close()
+    forget_queue(settings.CELERY_BROKER_URL, tag)
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     try:
-        for key in client.scan_iter(match=f"*{tag}*"):
-            client.delete(key)
-        for key in client.scan_iter(match="_kombu.binding.*"):
-            for member in client.smembers(key):
-                if tag.encode() in member:
-                    client.srem(key, member)
-        for exchange in client.zrange("_kombu.binding_deadlines", 0, -1):
-            if not client.exists(b"_kombu.binding." + exchange):
-                client.zrem("_kombu.binding_deadlines", exchange)
         if run_ids and client.type("celery") == b"list":
             for message in client.lrange("celery", 0, -1):
                 text = message.decode("utf-8", "replace")

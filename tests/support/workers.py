@@ -39,6 +39,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from bench.stack import forget_queue
 from tests.support.procs import TAG_ENV, children, kill_all, tagged
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -149,22 +150,7 @@ def producer_routed(queue: str, transport_options: dict[str, Any] | None) -> Ite
 
 
 def redis_cleanup(url: str, tag: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        for key in client.scan_iter(match=f"*{tag}*"):
-            client.delete(key)
-        for key in client.scan_iter(match="_kombu.binding.*"):
-            for member in client.smembers(key):
-                if tag.encode() in member:
-                    client.srem(key, member)
-        # Expiry entries of exchanges that no longer have any binding (ours were the last).
-        for exchange in client.zrange("_kombu.binding_deadlines", 0, -1):
-            if not client.exists(b"_kombu.binding." + exchange):
-                client.zrem("_kombu.binding_deadlines", exchange)
-    finally:
-        client.close()
+    forget_queue(url, tag)
 
 
 def stop(processes: list[subprocess.Popen[str]]) -> None:
