@@ -81,6 +81,26 @@ _KEY_VALUE = re.compile(
 
 _SCHEMES = ("bearer", "basic", "token")
 
+# Cheap pre-checks, so the common case (text with no secret in it) costs a few substring tests
+# instead of two regex scans at every position; each must hold whenever its regex can match
+# (pinned by a property test against the unconditional scans).
+# The built-in shapes all start with a case-sensitive literal:
+_SHAPE_LITERALS = (
+    "-----BEGIN", "sk-", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+    "xox", "eyJ", "Bearer ",
+)  # fmt: skip
+# Every secret word contains one of these; checked on ASCII text only, where lower() is exact
+# (IGNORECASE also folds a few non-ASCII letters, such as the long s, onto these).
+_WORD_STEMS = ("password", "passwd", "secret", "token", "api", "access", "authorization", "private")
+
+
+def _may_name_a_secret(text: str) -> bool:
+    if text.isascii():
+        lowered = text.lower()
+        if not any(stem in lowered for stem in _WORD_STEMS):
+            return False
+    return _SECRET_HINT.search(text) is not None
+
 
 def _tagged(value: str) -> bool:
     return value.startswith(_TAGS)
@@ -99,6 +119,8 @@ class SecretScanner:
             if re.compile(pattern).search(""):
                 raise ValueError(f"secret pattern {pattern!r} matches the empty string")
         self._shapes = re.compile("|".join(f"(?:{p})" for p in shapes))
+        # Deployment patterns have no known literal, so with any of them every text is scanned.
+        self._literals = () if extra_patterns else _SHAPE_LITERALS
         self._key = key
 
     def tag(self, secret: str) -> str:
@@ -107,8 +129,10 @@ class SecretScanner:
 
     def redact_text(self, text: str) -> str:
         """``text`` with every secret replaced by its tag; the same object if nothing matched."""
-        out = self._shapes.sub(self._replace_shape, text)
-        if _SECRET_HINT.search(out):
+        out = text
+        if not self._literals or any(lit in text for lit in self._literals):
+            out = self._shapes.sub(self._replace_shape, out)
+        if _may_name_a_secret(out):
             out = _KEY_VALUE.sub(self._replace_pair, out)
         return text if out == text else out
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policy.domain import redaction
 from policy.domain.canonical import content_hash, proposal_hash
 from policy.domain.redaction import SecretScanner
 
@@ -169,3 +170,23 @@ def test_a_string_is_changed_only_where_a_secret_was_found(text: str) -> None:
         assert TAG.search(out)
         for part in TAG.split(out):
             assert part in text
+
+
+_FRAGMENTS = st.sampled_from(
+    ["sk-", "live-", "AKIA", "ASIA", "ghp_", "github_pat_", "xoxb-", "eyJ", "Bearer ",
+     "-----BEGIN ", "PRIVATE KEY-----", "password", "PassWord", "pa\u017f\u017fword", "api_key",
+     "Token", "=", ": ", "'", '"', " ", "\n", "abc", "0123456789", "ABCDEFGHIJKLMNOP", "x" * 12,
+     "\u00e9", "\u212a"]  # the long s and the Kelvin sign fold onto ASCII under IGNORECASE
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=14).map("".join))
+def test_the_cheap_pre_checks_never_change_what_is_redacted(text: str) -> None:
+    """The substring pre-checks only skip scans that would find nothing: the result equals the
+    two full regex scans run unconditionally."""
+    scanner = SecretScanner(key=b"k")
+    expected = scanner._shapes.sub(scanner._replace_shape, text)
+    if redaction._SECRET_HINT.search(expected):
+        expected = redaction._KEY_VALUE.sub(scanner._replace_pair, expected)
+    assert scanner.redact_text(text) == expected
