@@ -17,6 +17,7 @@ from typing import Any
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import render
 from django.views.debug import ExceptionReporter
 
 logger = logging.getLogger("agentconsole.errors")
@@ -36,6 +37,7 @@ _DEFAULTS: dict[int, tuple[str, str]] = {
     429: ("THROTTLED", "Too many requests."),
     500: ("INTERNAL_ERROR", "Internal server error."),
 }
+_NOT_YOURS = "No such page, or it is not yours to see."
 # Headers a replaced response keeps: they tell the client what to do next.
 _KEPT_HEADERS = ("Retry-After", "WWW-Authenticate", "Allow")
 
@@ -55,13 +57,28 @@ def error_response(
             {"code": code, "message": message, "extra": {}}, status=status
         )
     else:
+        response = _error_page(request, status, code, message)
+    return response
+
+
+def _error_page(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    """The console's error page (templates/console/error.html): the code and the message in
+    words. If rendering fails (a broken template, a database down for the context processor),
+    a bare page: an error page must not raise."""
+    try:
+        return render(
+            request, "console/error.html", {"code": code, "message": message, "status": status},
+            status=status,
+        )  # fmt: skip
+    except Exception:  # the last resort must answer
+        logger.exception("the error page could not be rendered")
         text = escape(message)
-        response = HttpResponse(
-            f"<!doctype html><title>{status}</title><h1>{status}</h1><p>{text}</p>\n",
+        return HttpResponse(
+            f"<!doctype html><title>{status}</title><h1>{status}</h1>"
+            f"<p>{text} ({escape(code)})</p>\n",
             status=status,
             content_type="text/html; charset=utf-8",
         )
-    return response
 
 
 # --- Django's handlers (urls.py: handler400, handler403, handler404, handler500) ---------------
@@ -76,7 +93,7 @@ def permission_denied(request: HttpRequest, exception: Exception | None = None) 
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return error_response(request, 404)
+    return error_response(request, 404, message=None if is_api(request) else _NOT_YOURS)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
@@ -131,8 +148,16 @@ class ApiErrorMiddleware:
         return replaced
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
-        if not is_api(request) or isinstance(exception, _CLIENT_ERRORS):
-            return None  # Django's own handling: handler404/403/400, or handler500 and its log
+        if not is_api(request):
+            # A console page that refuses (a foreign run, a page of another role) answers with
+            # the console's page also with DEBUG=1, where Django would show its URL listing.
+            if isinstance(exception, Http404):
+                return error_response(request, 404, "NOT_FOUND", _NOT_YOURS)
+            if isinstance(exception, PermissionDenied):
+                return error_response(request, 403)
+            return None  # handler400, or handler500 and its log
+        if isinstance(exception, _CLIENT_ERRORS):
+            return None  # Django's own handling: handler404/403/400
         logger.error(
             "unhandled exception on %s %s", request.method, request.path, exc_info=exception
         )

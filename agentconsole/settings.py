@@ -99,6 +99,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    # request.htmx and the HX-* response helpers for the console's partial updates.
+    "django_htmx",
     # The project package: system checks only (agentconsole/checks.py), no models.
     "agentconsole.apps.AgentconsoleConfig",
     "policy",
@@ -111,12 +113,15 @@ MIDDLEWARE = [
     "agentconsole.errors.ApiErrorMiddleware",
     "agentconsole.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # The console's CSS/JS from this process (daphne serves no files), with DEBUG on or off.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "agentconsole.urls"
@@ -133,6 +138,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # roles, nav: what the signed-in person may open (the console's top bar).
+                "agentconsole.context_processors.console",
             ],
         },
     },
@@ -182,9 +189,18 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# The console signs in with Django's session login; the API also takes tokens.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+# Served straight from static/ (no collectstatic step needed); `collectstatic` still works and is
+# then what is served.
+WHITENOISE_USE_FINDERS = True
+os.makedirs(STATIC_ROOT, exist_ok=True)  # WhiteNoise warns on every start when it is missing
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # 1 MiB
 
@@ -256,6 +272,9 @@ if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         "polling_interval": 0.05,
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The queue runs are sent to when no queue is named: one per deployment (or per test stack)
+# sharing a broker.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("AGENTCONSOLE_QUEUE", "celery")
 # Outcomes live in the database (runs, ledger); Celery results would be a second, weaker truth.
 CELERY_TASK_IGNORE_RESULT = True
 # Acknowledge after the task body: a worker killed mid-task leaves the message for redelivery

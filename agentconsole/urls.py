@@ -1,11 +1,10 @@
 from django.contrib import admin
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns
+from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
-from django.views.generic import RedirectView
 
-from agentconsole import auth
+from agentconsole import auth, console
 from agentconsole.errors import error_response
 
 
@@ -36,8 +35,13 @@ def admin_login(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    # Until the operator console lands, the read-only admin is the browser view of runs.
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    # The operator console (server-rendered pages of each app; templates/, static/console/).
+    path("", console.home, name="home"),
+    path("login/", console.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("runs.urls")),
+    path("", include("policy.urls")),
+    path("", include("memory.urls")),
     # Before admin.site.urls: the same path, throttled.
     path("admin/login/", admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
@@ -49,6 +53,3 @@ handler400 = "agentconsole.errors.bad_request"
 handler403 = "agentconsole.errors.permission_denied"
 handler404 = "agentconsole.errors.page_not_found"
 handler500 = "agentconsole.errors.server_error"
-
-# daphne does not serve static files; in DEBUG let Django do it (empty list otherwise).
-urlpatterns += staticfiles_urlpatterns()

@@ -19,6 +19,7 @@ from rest_framework.views import set_rollback
 
 from policy.domain.canonical import canonical
 from policy.domain.errors import CanonicalError, DomainError
+from policy.status import domain_status
 
 # DRF exceptions whose code is not simply their ``default_code`` upper-cased.
 _DRF_CODES: dict[type[exceptions.APIException], str] = {
@@ -29,17 +30,6 @@ _DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.NotFound: "NOT_FOUND",
     exceptions.UnsupportedMediaType: "UNSUPPORTED_MEDIA_TYPE",
     exceptions.MethodNotAllowed: "METHOD_NOT_ALLOWED",
-}
-
-
-# The HTTP status of a domain error, by its stable code. The domain core names what went wrong; only
-# this edge knows about HTTP. A code not listed is a 400.
-_DOMAIN_STATUS: dict[str, int] = {
-    "NOT_FOUND": 404,
-    "ILLEGAL_TRANSITION": 409,
-    "VERSION_CONFLICT": 409,
-    "LEASE_LOST": 409,
-    "CONFIRMATION_HASH_MISMATCH": 409,  # the change shown is not the change confirmed
 }
 
 
@@ -83,18 +73,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     if isinstance(exc, DomainError):
         set_rollback()
-        return Response(error_body(exc.code, exc.message, exc.extra), status=_domain_status(exc))
+        return Response(error_body(exc.code, exc.message, exc.extra), status=domain_status(exc))
     return None
-
-
-def _domain_status(exc: DomainError) -> int:
-    # issue 10: errors of the Django side (limits, handoffs, confirmations, memory) still declare
-    # their own `http_status`, per class rather than per code (RUN_BUSY is a 409 from a handoff
-    # and a 400 from a cancel); they move into the table when their apps are restructured.
-    declared = getattr(exc, "http_status", None)
-    if isinstance(declared, int):
-        return declared
-    return _DOMAIN_STATUS.get(exc.code, 400)
 
 
 class RequestTooLarge(exceptions.APIException):

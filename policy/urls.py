@@ -1,0 +1,5 @@
+"""Console routes of policy: the confirmation queue."""
+
+from policy import views
+
+urlpatterns = views.urlpatterns

@@ -1,0 +1,7 @@
+"""Console pages (views/handoffs). Thin: check rights, call services and selectors, render."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []

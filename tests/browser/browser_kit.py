@@ -1,0 +1,161 @@
+"""What browser tests share: the live console's handle (``Console``: its URL, management
+commands, an API client per user), sign-in, screenshots. See tests/browser/conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "var" / "screenshots"
+DOCS = ROOT / "static" / "docs"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+CHROMIUM_ARGS = [
+    # As root in a container: no sandbox. No background traffic: this machine's network is closed.
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+TIMEOUT_MS = 15_000
+
+
+def chromium_path() -> str | None:
+    configured = os.environ.get("AGENTCONSOLE_CHROMIUM")
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing() -> str:
+    """Why the browser tests cannot run here ("" when they can)."""
+    try:
+        import playwright.sync_api  # noqa: F401 - import here: only to see whether it exists
+    except ImportError:
+        return "browser tests skipped: Playwright for Python is not installed (.[dev] extras)"
+    if chromium_path() is None:
+        return (
+            "browser tests skipped: no Chromium found (install Debian's `chromium` package, "
+            "or set AGENTCONSOLE_CHROMIUM to a Chromium binary); .ci/run installs it"
+        )
+    return ""
+
+
+class ApiError(AssertionError):
+    pass
+
+
+@dataclass
+class Api:
+    """A small JSON client of the live API, signed in with a token."""
+
+    base: str
+    token: str
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        # The live console on 127.0.0.1 only (Console.url).
+        request = urllib.request.Request(self.base + path, data=data, method=method)  # noqa: S310
+        request.add_header("Authorization", f"Token {self.token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    def get(self, path: str) -> Any:
+        status, body = self.call("GET", path)
+        if status != 200:
+            raise ApiError(f"GET {path}: {status} {body}")
+        return body
+
+    def post(self, path: str, body: Any = None) -> tuple[int, Any]:
+        return self.call("POST", path, body if body is not None else {})
+
+
+@dataclass
+class Console:
+    url: str
+    env: dict[str, str]
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise AssertionError(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def user(self, name: str, role: str) -> str:
+        """Create an account (password = its name) with one role; returns the name."""
+        code = (
+            "from django.contrib.auth import get_user_model; "
+            "from django.contrib.auth.models import Group; "
+            f"u, _ = get_user_model().objects.get_or_create(username={name!r}); "
+            f"u.set_password({name!r}); u.save(); "
+            f"u.groups.add(Group.objects.get_or_create(name={role!r})[0])"
+        )
+        self.manage("shell", "-c", code)
+        return name
+
+    def api(self, username: str, password: str | None = None) -> Api:
+        if username not in self.tokens:
+            body = json.dumps({"username": username, "password": password or username}).encode()
+            request = urllib.request.Request(  # noqa: S310 - 127.0.0.1 only
+                self.url + "/api/auth/token/", data=body, method="POST",
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310
+                self.tokens[username] = json.loads(response.read())["token"]
+        return Api(self.url, self.tokens[username])
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
+        """Poll the live system (a real worker is working) until ``check`` returns a truthy
+        value; fail after ``timeout_s``. Not a deadline under test: a bound on waiting."""
+        end = time.monotonic() + timeout_s
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > end:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.2)  # polls a real process (the worker), not a deadline
+
+
+def login(page: Any, username: str, password: str | None = None) -> None:
+    page.goto("/login/")
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill(password or username)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    if "/login/" in page.url:
+        raise AssertionError(f"sign-in as {username} failed: {page.url}")
+
+
+def shot(page: Any, name: str, full_page: bool = False) -> Path:
+    """Save a screenshot named by page and viewport (``runs-list-1280x800.png``)."""
+    size = page.viewport_size
+    filename = f"{name}-{size['width']}x{size['height']}.png"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / filename
+    page.screenshot(path=str(path), full_page=full_page)
+    if os.environ.get("AGENTCONSOLE_SCREENSHOTS") == "docs":
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS / filename)
+    return path

@@ -1,0 +1,127 @@
+"""Browser tests: a real headless Chromium against a live console.
+
+The stack is what ``make run`` starts, on a private database: migrate, ``load_demo`` (the demo
+users and runs), daphne (web + websockets) and a real Celery worker on a queue of its own. Tests
+talk to it only as its users do: through the browser, the HTTP API (``console.api``) and
+management commands (``console.manage``); this process never touches that database through the
+ORM, so the tests need no pytest-django database.
+
+Chromium: ``AGENTCONSOLE_CHROMIUM``, else ``chromium`` on the PATH (Debian's package, which
+``.ci/run`` installs). Playwright drives it; it never downloads a browser. Where either is
+missing every browser test skips, saying which.
+
+Screenshots go to ``var/screenshots/`` (test artifacts). With ``AGENTCONSOLE_SCREENSHOTS=docs``
+they are also written to ``static/docs/`` — the README's pictures (committed on purpose, so not on
+every run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.harness import Context, private_database
+from bench.stack import _env, _start_daphne, _start_workers, forget_queue
+from tests.browser.browser_kit import (
+    CHROMIUM_ARGS,
+    DESKTOP,
+    ROOT,
+    TIMEOUT_MS,
+    Console,
+    chromium_path,
+    login,
+    missing,
+    shot,
+)
+
+
+def _redis_url() -> str:
+    return os.environ.get("REDIS_URL", "")
+
+
+@pytest.fixture(scope="session")
+def console() -> Iterator[Console]:
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    base = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'var' / 'browser.sqlite3'}"
+    database_url, drop = private_database(base)
+    queue = f"browser_{uuid.uuid4().hex[:8]}"
+    scratch = Path(tempfile.mkdtemp(prefix="agentconsole-browser-"))
+    ctx = Context(database_url, _redis_url(), "", time.monotonic() + 3600)
+    extra = {
+        "DEBUG": "1",
+        "AGENTCONSOLE_DEMO": "1",
+        "AGENTCONSOLE_QUEUE": queue,
+        "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
+    }
+    if not ctx.redis_url:
+        extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")
+    env = _env(ctx, **extra)
+    stack = contextlib.ExitStack()
+    try:
+        console = Console(url="", env=env)
+        console.manage("migrate", "--noinput", "-v0")
+        console.manage("load_demo")
+        _start_workers(stack, env, queue, [f"browser-{queue}"])
+        port = _start_daphne(stack, env)
+        console.url = f"http://127.0.0.1:{port}"
+        yield console
+    finally:
+        stack.close()
+        if ctx.redis_url:
+            forget_queue(ctx.redis_url, queue)
+        drop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def browser(console: Console) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright  # import here: absent where tests skip
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def new_page(browser: Any, console: Console) -> Iterator[Callable[..., Any]]:
+    """A factory of pages, each in its own browser context (its own cookies: its own user)."""
+    contexts: list[Any] = []
+
+    def make(viewport: dict[str, int] | None = None) -> Any:
+        context = browser.new_context(viewport=viewport or DESKTOP, base_url=console.url)
+        context.set_default_timeout(TIMEOUT_MS)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def page(new_page: Callable[..., Any]) -> Any:
+    return new_page()
+
+
+@pytest.fixture(name="login")
+def login_fixture() -> Callable[..., None]:
+    return login
+
+
+@pytest.fixture(name="shot")
+def shot_fixture() -> Callable[..., Path]:
+    return shot
