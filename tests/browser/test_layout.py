@@ -1,0 +1,115 @@
+"""Every main page, as its user, at 1280x800 and 390x844: nothing overflows the viewport, every
+form control has a label, every action is reachable with the Tab key, and no status is shown by
+colour alone. The screenshots these tests save are the README's pictures
+(``AGENTCONSOLE_SCREENSHOTS=docs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.browser.browser_kit import DESKTOP, PHONE, Console, login, shot
+
+pytestmark = pytest.mark.browser
+
+
+def _first_run(console: Console) -> str:
+    return console.api("alice").get("/api/runs/?page_size=1")["results"][0]["run_id"]
+
+
+def _first_handoff(console: Console) -> str:
+    handoffs = console.api("reviewer").get("/api/handoffs/")
+    assert handoffs, "the demo has no handoff"
+    return str(handoffs[0]["id"])
+
+
+# (screenshot name, user, path or a function of the console giving it)
+PAGES: list[tuple[str, str, str | Callable[[Console], str]]] = [
+    ("login", "", "/login/"),
+    ("runs-list", "alice", "/runs/"),
+    ("run-detail", "alice", lambda c: f"/runs/{_first_run(c)}/"),
+    ("run-new", "alice", "/runs/new/"),
+    ("queue", "operator", "/confirmations/"),
+    ("handoffs", "reviewer", "/handoffs/"),
+    ("handoff-bundle", "reviewer", lambda c: f"/handoffs/{_first_handoff(c)}/"),
+    ("preferences", "alice", "/preferences/"),
+    ("memory-admin", "operator", "/memory/?subject=alice"),
+    ("profiles", "operator", "/profiles/"),
+]
+
+OVERFLOW_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = [];
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest('.table-wrap') || el.closest('pre')) continue;  // they scroll inside
+    const r = el.getBoundingClientRect();
+    if (r.width && r.right > width + 1) wide.push(el.tagName + '.' + el.className);
+  }
+  return {scroll: document.documentElement.scrollWidth, width, wide: wide.slice(0, 5)};
+}"""
+
+UNLABELLED_JS = """() => [...document.querySelectorAll('input, select, textarea')]
+  .filter(el => el.type !== 'hidden' && !el.disabled)
+  .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
+                && !el.getAttribute('aria-labelledby'))
+  .map(el => el.outerHTML.slice(0, 120))"""
+
+ACTIONS_JS = """() => [
+    ...document.querySelectorAll('a[href], button, summary, input, select, textarea')]
+  .filter(el => el.type !== 'hidden' && !el.disabled && el.offsetParent !== null)
+  .filter(el => !el.closest('details:not([open])') || el.tagName === 'SUMMARY')
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+COLOUR_ONLY_JS = """() => [...document.querySelectorAll('.badge, .count:not([hidden]), .bar')]
+  .filter(el => el.classList.contains('bar')
+      ? !(el.getAttribute('aria-label') || (el.parentElement.innerText || '').match(/\\d/))
+      : !el.innerText.trim())
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+NOT_FOCUSABLE_JS = """() => [...document.querySelectorAll('[onclick], [role=button]')]
+  .filter(el => !['A', 'BUTTON', 'INPUT', 'SUMMARY'].includes(el.tagName) && el.tabIndex < 0)
+  .map(el => el.outerHTML.slice(0, 80))"""
+
+
+def _tab_reaches_every_action(page: Any) -> list[str]:
+    """Press Tab until focus comes back round; return the actions it never reached."""
+    actions = set(page.evaluate(ACTIONS_JS))
+    reached: set[str] = set()
+    page.locator("body").focus()
+    for _ in range(len(actions) + 40):
+        page.keyboard.press("Tab")
+        focused = page.evaluate("() => document.activeElement.outerHTML.slice(0, 80)")
+        reached.add(focused)
+        if actions <= reached:
+            break
+    return sorted(actions - reached)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+@pytest.mark.parametrize(("name", "user", "where"), PAGES, ids=[p[0] for p in PAGES])
+def test_page_layout_and_access(
+    new_page: Callable[..., Any],
+    console: Console,
+    viewport: dict[str, int],
+    name: str,
+    user: str,
+    where: str | Callable[[Console], str],
+) -> None:
+    page = new_page(viewport)
+    if user:
+        login(page, user)
+    path = where if isinstance(where, str) else where(console)
+    response = page.goto(path)
+    assert response is not None
+    assert response.status == 200, f"{path} as {user}: {response.status}"
+    page.wait_for_load_state("networkidle")
+    shot(page, name)
+
+    overflow = page.evaluate(OVERFLOW_JS)
+    assert overflow["scroll"] <= overflow["width"], f"{path} overflows: {overflow}"
+    assert page.evaluate(UNLABELLED_JS) == [], f"{path}: form controls without a label"
+    assert page.evaluate(COLOUR_ONLY_JS) == [], f"{path}: a status shown by colour alone"
+    assert page.evaluate(NOT_FOCUSABLE_JS) == [], f"{path}: a click target the keyboard skips"
+    assert _tab_reaches_every_action(page) == [], f"{path}: actions Tab never reaches"
