@@ -41,6 +41,7 @@ ENTRY_POINTS = (
     "memory/tasks.py",
     "*/apis.py",
     "*/views.py",
+    "*/views/*.py",
     "*/consumers.py",
     "*/management/commands/*.py",
     # The Django admin's pages are views too (they mask arguments with the tool registry).

@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from tests.browser.browser_kit import DESKTOP, PHONE, Console, login, shot
+from tests.browser.browser_kit import (
+    ACTIONS_JS,
+    COLOUR_ONLY_JS,
+    DESKTOP,
+    NOT_FOCUSABLE_JS,
+    OVERFLOW_JS,
+    PHONE,
+    UNLABELLED_JS,
+    Console,
+    login,
+    shot,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -38,39 +49,6 @@ PAGES: list[tuple[str, str, str | Callable[[Console], str]]] = [
     ("memory-admin", "operator", "/memory/?subject=alice"),
     ("profiles", "operator", "/profiles/"),
 ]
-
-OVERFLOW_JS = """() => {
-  const width = document.documentElement.clientWidth;
-  const wide = [];
-  for (const el of document.querySelectorAll('body *')) {
-    if (el.closest('.table-wrap') || el.closest('pre')) continue;  // they scroll inside
-    const r = el.getBoundingClientRect();
-    if (r.width && r.right > width + 1) wide.push(el.tagName + '.' + el.className);
-  }
-  return {scroll: document.documentElement.scrollWidth, width, wide: wide.slice(0, 5)};
-}"""
-
-UNLABELLED_JS = """() => [...document.querySelectorAll('input, select, textarea')]
-  .filter(el => el.type !== 'hidden' && !el.disabled)
-  .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
-                && !el.getAttribute('aria-labelledby'))
-  .map(el => el.outerHTML.slice(0, 120))"""
-
-ACTIONS_JS = """() => [
-    ...document.querySelectorAll('a[href], button, summary, input, select, textarea')]
-  .filter(el => el.type !== 'hidden' && !el.disabled && el.offsetParent !== null)
-  .filter(el => !el.closest('details:not([open])') || el.tagName === 'SUMMARY')
-  .map(el => el.outerHTML.slice(0, 80))"""
-
-COLOUR_ONLY_JS = """() => [...document.querySelectorAll('.badge, .count:not([hidden]), .bar')]
-  .filter(el => el.classList.contains('bar')
-      ? !(el.getAttribute('aria-label') || (el.parentElement.innerText || '').match(/\\d/))
-      : !el.innerText.trim())
-  .map(el => el.outerHTML.slice(0, 80))"""
-
-NOT_FOCUSABLE_JS = """() => [...document.querySelectorAll('[onclick], [role=button]')]
-  .filter(el => !['A', 'BUTTON', 'INPUT', 'SUMMARY'].includes(el.tagName) && el.tabIndex < 0)
-  .map(el => el.outerHTML.slice(0, 80))"""
 
 
 def _tab_reaches_every_action(page: Any) -> list[str]:
