@@ -23,6 +23,7 @@ from policy.models import Confirmation
 from policy.roles import is_operator, is_reviewer
 from runs import selectors as run_selectors
 from runs import services as run_services
+from runs.domain.lifecycle import MAX_DECISION_REASON
 
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
 
@@ -37,7 +38,7 @@ class ConfirmationOut(serializers.ModelSerializer):
         fields = [
             "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
             "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
-            "requested_at", "decided_at", "decided_by",
+            "requested_at", "decided_at", "decided_by", "decision_reason",
         ]  # fmt: skip
 
 
@@ -71,6 +72,7 @@ class ConfirmationDetail(APIView):
 
 class DecisionIn(StrictSerializer):
     proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    reason = serializers.CharField(allow_blank=True, max_length=MAX_DECISION_REASON, default="")
 
 
 def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
@@ -86,6 +88,7 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
         approved=approved,
         shown_hash=data["proposal_hash"],
         by=request.user,
+        reason=data["reason"],
         enqueue=True,
         ctx=wiring.context(),
     )

@@ -56,6 +56,8 @@ class Confirmation(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # What the person wrote with their decision (console and API; secrets masked).
+    decision_reason = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-requested_at"]

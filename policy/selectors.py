@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from django.db.models import F
+
+from policy.domain.canonical import canonical
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
+from policy.domain.redaction import shown_arguments
+from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
+
+QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
+FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
+UNTRUSTED = "untrusted-content"
+
+# The runs side of provenance (runs.selectors.cited_observations), handed down by the page:
+# {run_id: cited ids} -> {(run_id, observation_id): {"kind", "trust", "step", "content"}}.
+CitedObservations = Callable[..., Mapping[tuple[str, str], Mapping[str, Any]]]
 
 
 def run_grants(*, run_id: str) -> list[CapabilityGrant]:
@@ -90,3 +107,146 @@ def confirmations_export(*, run_id: str) -> list[dict[str, Any]]:
 
 def pending_confirmations_count() -> int:
     return ConfirmationRow.objects.filter(status="pending").count()
+
+
+@dataclass(frozen=True)
+class ShownArgument:
+    name: str
+    text: str  # pretty JSON of the value (types stay visible: "7" is not 7)
+    folded: bool
+    preview: str
+
+
+@dataclass(frozen=True)
+class CitedSource:
+    observation_id: str
+    trust: str  # a trust label, or "missing" when the run has no such observation
+    kind: str
+    step: int | None
+    text: str  # the observation's content as pretty JSON; shown as text, never as HTML
+
+    @property
+    def untrusted(self) -> bool:
+        return self.trust == UNTRUSTED
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    confirmation_id: str
+    run_id: str
+    goal: str
+    subject: str
+    tool_name: str
+    tool_version: str
+    side_effect: str  # "unknown" for a tool this deployment does not register
+    capabilities: tuple[str, ...]
+    proposal_hash: str
+    hash_scheme: str
+    requested_at: datetime
+    reason_summary: str
+    arguments: tuple[ShownArgument, ...]
+    exact: str  # the canonical JSON the hash covers, secrets masked
+    masked: bool  # some value was replaced by a secret tag: ``exact`` differs from the hashed
+    sources: tuple[CitedSource, ...]
+    derived_from_untrusted: bool
+
+
+@dataclass(frozen=True)
+class Queue:
+    items: list[QueueItem]
+    total: int  # pending in all (the page shows at most QUEUE_LIMIT)
+
+
+def confirmation_queue(
+    *, registry: ToolRegistry, observations: CitedObservations, limit: int = QUEUE_LIMIT
+) -> Queue:
+    """Pending confirmations, oldest first, with what an operator needs to decide each: the
+    tool's contract facts, the arguments as shown, the run's goal and subject, and provenance.
+
+    A fixed number of queries whatever the queue's length: the confirmations with their run's
+    goal and subject (one join), the cited observations of all of them (one query), and a
+    count only when the page is full.
+    """
+    pending = ConfirmationRow.objects.filter(status=ConfirmationStatus.PENDING.value)
+    rows = list(
+        pending.annotate(run_goal=F("run__goal"), run_subject=F("run__subject")).order_by(
+            "requested_at", "id"
+        )[:limit]
+    )
+    total = len(rows) if len(rows) < limit else pending.count()
+    cited: dict[str, set[str]] = {}
+    for row in rows:
+        cited.setdefault(row.run_id, set()).update(_cited_ids(row.proposal))
+    found = observations(cited=cited) if any(cited.values()) else {}
+    return Queue(items=[_queue_item(row, registry, found) for row in rows], total=total)
+
+
+def confirmation_exact_arguments(*, confirmation_id: str) -> str:
+    """The canonical JSON (RFC 8785) of a confirmation's arguments as shown: the bytes its hash
+    covers, with secrets masked."""
+    row = confirmation_get(confirmation_id=confirmation_id)
+    return canonical(shown_arguments(_arguments(row.proposal)), row.hash_scheme)
+
+
+def _queue_item(
+    row: Any, registry: ToolRegistry, found: Mapping[tuple[str, str], Mapping[str, Any]]
+) -> QueueItem:
+    proposal = row.proposal if isinstance(row.proposal, dict) else {}
+    registered = registry.get(row.tool_name, row.tool_version)
+    raw = _arguments(proposal)
+    shown = shown_arguments(raw)
+    sources = tuple(
+        _source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal, ordered=True)
+    )
+    return QueueItem(
+        confirmation_id=row.pk,
+        run_id=row.run_id,
+        goal=row.run_goal,
+        subject=row.run_subject,
+        tool_name=row.tool_name,
+        tool_version=row.tool_version,
+        side_effect=registered.contract.side_effect.value if registered else "unknown",
+        capabilities=registered.contract.required_capabilities if registered else (),
+        proposal_hash=row.proposal_hash,
+        hash_scheme=row.hash_scheme,
+        requested_at=row.requested_at,
+        reason_summary=str(proposal.get("reason_summary") or ""),
+        arguments=_shown(shown),
+        exact=canonical(shown, row.hash_scheme),
+        masked=shown is not raw,
+        sources=sources,
+        derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
+    )
+
+
+def _arguments(proposal: Any) -> Any:
+    return proposal.get("arguments") if isinstance(proposal, dict) else None
+
+
+def _cited_ids(proposal: Any, *, ordered: bool = False) -> Collection[str]:
+    ids = proposal.get("source_observation_ids") if isinstance(proposal, dict) else None
+    ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+    return list(dict.fromkeys(ids)) if ordered else set(ids)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _shown(arguments: Any) -> tuple[ShownArgument, ...]:
+    pairs = arguments.items() if isinstance(arguments, dict) else [("(arguments)", arguments)]
+    out = []
+    for name, value in sorted(pairs, key=lambda pair: str(pair[0])):
+        text = _pretty(value)
+        folded = len(text) > FOLD_AT or "\n" in text
+        preview = text.replace("\n", " ")[:60] + ("…" if folded else "")
+        out.append(ShownArgument(name=str(name), text=text, folded=folded, preview=preview))
+    return tuple(out)
+
+
+def _source(observation_id: str, row: Mapping[str, Any] | None) -> CitedSource:
+    if row is None:
+        return CitedSource(observation_id, "missing", "", None, "")
+    return CitedSource(
+        observation_id, row["trust"], row["kind"], row["step"], _pretty(row["content"])
+    )

@@ -18,6 +18,7 @@ from django.utils import timezone
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
+from policy.domain.redaction import redact_secrets
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 
@@ -32,20 +33,69 @@ class ConfirmationNotPending(DomainError):
     http_status = 409
 
 
+PROPOSAL_CHANGED = "This proposal changed since the page loaded; review it again."
+
+
 def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
     """The pending confirmation a person decides, if it is still the one they were shown.
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
     the decision is refused (a stale click can never approve a different proposal).
     """
-    row = ConfirmationRow.objects.filter(pk=confirmation_id).first()
+    row = ConfirmationRow.objects.select_related("decided_by").filter(pk=confirmation_id).first()
     if row is None:
         raise NotFound("no such confirmation", confirmation_id=confirmation_id)
     if row.proposal_hash != shown_hash:
-        raise ConfirmationMismatch("the proposal changed since it was shown")
+        raise ConfirmationMismatch(PROPOSAL_CHANGED, confirmation_id=row.pk)
     if row.status != ConfirmationStatus.PENDING.value:
-        raise ConfirmationNotPending(f"confirmation is {row.status}")
+        raise _refusal(row)
     return row
+
+
+def confirmation_refusal(*, confirmation_id: str) -> DomainError:
+    """Why ``confirmation_id`` can no longer be decided, read now: for the loser of a race,
+    whose compare-and-set found the row already decided by someone else."""
+    row = ConfirmationRow.objects.select_related("decided_by").filter(pk=confirmation_id).first()
+    if row is None:
+        return NotFound("no such confirmation", confirmation_id=confirmation_id)
+    return _refusal(row)
+
+
+def _refusal(row: ConfirmationRow) -> DomainError:
+    """The words for a confirmation that is not pending: who decided it, or that the run now
+    asks about a different proposal (the page that was shown is stale), or that it expired."""
+    decided = "declined" if row.status == ConfirmationStatus.DECLINED.value else "approved"
+    who = row.decided_by.get_username() if row.decided_by is not None else None
+    newer = (
+        ConfirmationRow.objects.filter(run_id=row.run_id, status=ConfirmationStatus.PENDING.value)
+        .exclude(pk=row.pk)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if newer is not None:
+        # The run moved on (this one was declined, and its planner proposed something else):
+        # what the page showed is no longer what the run asks; the person must look again.
+        earlier = f" (the one shown was {decided} by {who})" if who else ""
+        return ConfirmationMismatch(
+            PROPOSAL_CHANGED + earlier, confirmation_id=row.pk, current_confirmation_id=newer
+        )
+    if who is not None:
+        return ConfirmationNotPending(
+            f"Already decided by {who} ({decided}); nothing was changed.",
+            decided_by=who,
+            status=row.status,
+        )
+    return ConfirmationNotPending(
+        f"This confirmation is {row.status}; there is nothing left to decide.", status=row.status
+    )
+
+
+def confirmation_note_reason(*, confirmation_id: str, reason: str) -> None:
+    """The reason the person gave with their decision (secrets in it are masked). Called in
+    the decision's own transaction, after its compare-and-set succeeded."""
+    ConfirmationRow.objects.filter(pk=confirmation_id).update(
+        decision_reason=redact_secrets(reason)
+    )
 
 
 def grants_create(*, run_id: str, grants: Sequence[CapabilityGrant], granted_by: Any) -> None:

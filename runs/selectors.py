@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from typing import Any
+
+from django.db.models import Q
 
 from memory.models import PreferenceRecord
 from policy import selectors as policy_selectors
@@ -105,12 +108,34 @@ def access_run(*, user: Any, run_id: str) -> m.Run:
 def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any]]:
     """Which observations the pending proposal cites, with their trust labels."""
     cited = (confirmation.proposal or {}).get("source_observation_ids") or []
-    trust = dict(
-        m.Observation.objects.filter(run_id=confirmation.run_id, observation_id__in=cited)
+    found = cited_observations(cited={confirmation.run_id: cited})
+    return [
+        {
+            "observation_id": i,
+            "trust": found.get((confirmation.run_id, i), {}).get("trust", "missing"),
+        }
+        for i in cited
+    ]
+
+
+def cited_observations(
+    *, cited: Mapping[str, Collection[str]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The observations proposals cite, by ``(run_id, observation_id)``: kind, trust label,
+    step and content. One query however many runs are asked about (the operator queue's
+    provenance); none when nothing is cited. An id a run does not have is simply absent."""
+    wanted = Q()
+    for run_id, ids in cited.items():
+        if ids:
+            wanted |= Q(run_id=run_id, observation_id__in=list(ids))
+    if not wanted:
+        return {}
+    rows = (
+        m.Observation.objects.filter(wanted)
         .order_by()
-        .values_list("observation_id", "trust")
+        .values("run_id", "observation_id", "kind", "trust", "step", "content")
     )
-    return [{"observation_id": i, "trust": trust.get(i, "missing")} for i in cited]
+    return {(row["run_id"], row["observation_id"]): dict(row) for row in rows}
 
 
 def queue_counts() -> dict[str, int]:

@@ -19,7 +19,7 @@ from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, user_or_none
-from policy.services import ConfirmationNotPending
+from policy.services import ConfirmationNotPending as ConfirmationNotPending  # its callers
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
@@ -236,13 +236,15 @@ def confirmation_decide(
     approved: bool,
     shown_hash: str,
     by: Any = None,
+    reason: str = "",
     enqueue: bool = False,
     ctx: RunsContext | None = None,
 ) -> RunState:
     """A person approves or declines the pending confirmation they were shown.
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
-    the decision is refused (a stale click can never approve a different proposal).
+    the decision is refused (a stale click can never approve a different proposal). ``reason``
+    (what the person wrote) goes into the trace event and onto the confirmation.
     """
     row = policy_services.confirmation_for_decision(
         confirmation_id=confirmation_id, shown_hash=shown_hash
@@ -250,15 +252,20 @@ def confirmation_decide(
     store = resolve(ctx).store()
     state = store.load(row.run_id)
     if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
-        raise ConfirmationNotPending("the run is not waiting for this confirmation")
+        raise policy_services.confirmation_refusal(confirmation_id=row.pk)
+    reason = redact_secrets(reason.strip())
     commit = lifecycle.decide_confirmation(
-        state, confirmation_id=row.pk, approved=approved, by=actor_name(by)
+        state, confirmation_id=row.pk, approved=approved, by=actor_name(by), reason=reason
     )
     with transaction.atomic():
         try:
             state = store.apply(commit, decided_by=user_or_none(by))
         except DomainError as exc:
-            raise ConfirmationNotPending("decided concurrently") from exc
+            # Lost the race: another person's decision committed first (its compare-and-set
+            # on the run matched, ours matched nothing). Say who, read after their commit.
+            raise policy_services.confirmation_refusal(confirmation_id=row.pk) from exc
+        if reason:
+            policy_services.confirmation_note_reason(confirmation_id=row.pk, reason=reason)
         if enqueue:
             _enqueue_on_commit(state.run_id)
     return state

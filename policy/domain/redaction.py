@@ -282,3 +282,12 @@ class ValueEraser:
             out_d = {k: self.erase(v) for k, v in value.items()}
             return value if all(out_d[k] is value[k] for k in value) else out_d
         return value
+
+
+def shown_arguments(arguments: Any) -> Any:
+    """A proposal's arguments as a person deciding it is shown them: every secret the scanner
+    finds is replaced by its tag (they were tagged when stored; a pattern configured since, or a
+    row from before the scanner, is masked here too). Fields a contract keeps out of the logs
+    (``redacted_fields``, e.g. a preference's value) are shown: they are what is being approved,
+    and an operator who cannot see them would approve blind."""
+    return redact_secrets(arguments)

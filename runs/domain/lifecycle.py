@@ -12,6 +12,8 @@ from runs.domain.commits import Builder, Commit, proposal_id_of
 from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
 
+MAX_DECISION_REASON = 1_000  # what a person writes with a decision (the console's form caps it)
+
 
 def start(state: RunState) -> Commit:
     """created → running, with the user's request recorded as observation ``user-1``."""
@@ -60,18 +62,20 @@ def request_cancel(state: RunState, *, by: str, reason: str, active_tool: bool) 
 
 
 def decide_confirmation(
-    state: RunState, *, confirmation_id: str, approved: bool, by: str
+    state: RunState, *, confirmation_id: str, approved: bool, by: str, reason: str = ""
 ) -> Commit:
-    """A person answered the pending confirmation of this run."""
+    """A person answered the pending confirmation of this run (with their reason, if any)."""
     b = Builder(state, None)
     pid = proposal_id_of(state.pending_proposal)
     b.commit.confirmation_decision = (confirmation_id, approved)
+    said = {"reason": reason[:MAX_DECISION_REASON]} if reason else {}
     b.emit(
         ev.CONFIRMATION_DECIDED,
         pid,
         confirmation_id=confirmation_id,
         decision="approved" if approved else "declined",
         by=by,
+        **said,
     )
     if approved:
         b.move(Event.CONFIRMED, pid)

@@ -138,6 +138,53 @@ class Console:
             time.sleep(0.2)  # polls a real process (the worker), not a deadline
 
 
+# A run that waits for a person (the operator's main path; the queue's tests). Started by an
+# admin for alice with grants: it searches, then stops at its memory write (save_preference,
+# confirmed per call) until someone decides.
+PLANNER: dict[str, Any] = {
+    "kind": "fixture",
+    "outputs": [
+        {
+            "kind": "tool", "proposal_id": "p1", "tool_name": "search_public", "tool_version": "1",
+            "arguments": {"query": "retry quarantine queue"}, "source_observation_ids": ["user-1"],
+        },
+        {
+            "kind": "tool", "proposal_id": "p2", "tool_name": "save_preference",
+            "tool_version": "1", "arguments": {"key": "answer_language", "value": "zh-CN"},
+            "reason_summary": "the user asked for it", "source_observation_ids": ["user-1"],
+        },
+        {
+            "kind": "final", "answer": "Three automatic retries, then the quarantine queue.",
+            "citation_observation_ids": ["tool-1"],
+        },
+    ],
+}  # fmt: skip
+GRANTS: list[dict[str, Any]] = [
+    {"capability": "search:public", "resource_scope": "public", "expires_at_step": 10},
+    {"capability": "memory:write", "resource_scope": "alice", "expires_at_step": 10},
+]
+
+
+def waiting_run(
+    console: Console, goal: str, planner: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A run for alice (started by an admin, with GRANTS) that waits for a confirmation; its
+    API detail once it waits. ``planner`` replaces PLANNER (its outputs must reach a wait)."""
+    admin = console.api("admin")
+    status, run = admin.post(
+        "/api/runs/",
+        {"goal": goal, "subject": "alice", "grants": GRANTS, "planner": planner or PLANNER},
+    )
+    assert status == 201, run
+    return console.wait_for(
+        "the run to wait for a confirmation",
+        lambda: (
+            (r := admin.get(f"/api/runs/{run['run_id']}/"))["status"] == "waiting_confirmation"
+            and r
+        ),
+    )
+
+
 def login(page: Any, username: str, password: str | None = None) -> None:
     page.goto("/login/")
     page.get_by_label("User name").fill(username)

@@ -9,48 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.browser_kit import Console, login
+from tests.browser.browser_kit import Console, login, waiting_run
 
 pytestmark = pytest.mark.browser
-
-PLANNER = {
-    "kind": "fixture",
-    "outputs": [
-        {
-            "kind": "tool", "proposal_id": "p1", "tool_name": "search_public", "tool_version": "1",
-            "arguments": {"query": "retry quarantine queue"}, "source_observation_ids": ["user-1"],
-        },
-        {
-            "kind": "tool", "proposal_id": "p2", "tool_name": "save_preference",
-            "tool_version": "1", "arguments": {"key": "answer_language", "value": "zh-CN"},
-            "reason_summary": "the user asked for it", "source_observation_ids": ["user-1"],
-        },
-        {
-            "kind": "final", "answer": "Three automatic retries, then the quarantine queue.",
-            "citation_observation_ids": ["tool-1"],
-        },
-    ],
-}  # fmt: skip
-GRANTS = [
-    {"capability": "search:public", "resource_scope": "public", "expires_at_step": 10},
-    {"capability": "memory:write", "resource_scope": "alice", "expires_at_step": 10},
-]
-
-
-def waiting_run(console: Console, goal: str) -> dict[str, Any]:
-    """A run for alice (started by an admin, with grants) that stops at its memory write."""
-    admin = console.api("admin")
-    status, run = admin.post(
-        "/api/runs/", {"goal": goal, "subject": "alice", "grants": GRANTS, "planner": PLANNER}
-    )
-    assert status == 201, run
-    return console.wait_for(
-        "the run to wait for a confirmation",
-        lambda: (
-            (r := admin.get(f"/api/runs/{run['run_id']}/"))["status"] == "waiting_confirmation"
-            and r
-        ),
-    )
 
 
 def test_operator_approves_and_watches_the_run_complete_live(

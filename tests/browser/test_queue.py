@@ -1,0 +1,199 @@
+"""The confirmation queue in a real browser, on the live stack (a real worker moves the runs on):
+decline with a reason; a proposal that changed while the page was open is refused and nothing is
+decided; two operators racing on one item (one wins, the other is told who); the keys j/k/a/d
+with their confirm step. Screenshots: var/screenshots/queue-*.png."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.browser.browser_kit import (
+    OVERFLOW_JS,
+    PHONE,
+    PLANNER,
+    UNLABELLED_JS,
+    Console,
+    login,
+    shot,
+    waiting_run,
+)
+
+pytestmark = pytest.mark.browser
+
+CHANGED = "This proposal changed since the page loaded; review it again."
+
+
+def pending_of(console: Console, run_id: str) -> list[dict[str, Any]]:
+    rows = console.api("operator").get("/api/confirmations/?status=pending")
+    return [c for c in rows if c["run_id"] == run_id]
+
+
+def confirmation(console: Console, confirmation_id: str) -> dict[str, Any]:
+    return dict(console.api("operator").get(f"/api/confirmations/{confirmation_id}/"))
+
+
+def item_of(page: Any, run_id: str) -> Any:
+    return page.locator(f"[data-confirmation-run='{run_id}']")
+
+
+def open_queue(new_page: Callable[..., Any], user: str = "operator", **kw: Any) -> Any:
+    page = new_page(**kw)
+    login(page, user)
+    page.goto("/confirmations/")
+    return page
+
+
+def test_decline_with_a_reason(new_page: Callable[..., Any], console: Console) -> None:
+    run = waiting_run(console, "Decline me (queue test)")
+    (pending,) = pending_of(console, run["run_id"])
+    page = open_queue(new_page, viewport=PHONE)
+    item = item_of(page, run["run_id"])
+    assert "memory:write" in item.inner_text()
+    assert '"zh-CN"' in item.inner_text()
+    assert page.evaluate(OVERFLOW_JS)["scroll"] <= PHONE["width"]
+    assert page.evaluate(UNLABELLED_JS) == []
+    shot(page, "queue-item")
+
+    # No reason: the browser says so at the field, and nothing is sent.
+    item.get_by_role("button", name="Decline").click()
+    assert item.get_by_label("Reason").evaluate("el => el.validationMessage") != ""
+    assert confirmation(console, pending["confirmation_id"])["status"] == "pending"
+
+    item.get_by_label("Reason").fill("the user never asked to change the language")
+    item.get_by_role("button", name="Decline").click()
+    page.wait_for_load_state()
+    assert page.url.endswith("/confirmations/")
+    assert "Declined: the proposal of the run “Decline me (queue test)”." in (
+        page.get_by_role("status").first.inner_text()
+    )
+    assert item_of(page, run["run_id"]).count() == 0
+    decided = confirmation(console, pending["confirmation_id"])
+    assert (decided["status"], decided["decided_by"], decided["decision_reason"]) == (
+        "declined", "operator", "the user never asked to change the language",
+    )  # fmt: skip
+
+
+def test_a_proposal_that_changed_is_refused_and_nothing_is_decided(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    """The page shows the zh-CN write; meanwhile an admin declines it (API) and the planner
+    proposes another write (fr-FR), which waits. Approving from the old page must not approve
+    the new proposal: the page says the proposal changed and shows the new one."""
+    planner = copy.deepcopy(PLANNER)
+    second = copy.deepcopy(planner["outputs"][1])
+    second.update(proposal_id="p3", arguments={"key": "answer_language", "value": "fr-FR"})
+    planner["outputs"].insert(2, second)
+    run = waiting_run(console, "A proposal that changes (queue test)", planner)
+    (shown,) = pending_of(console, run["run_id"])
+    page = open_queue(new_page)
+    item_of(page, run["run_id"]).get_by_label("Reason").fill("approving zh-CN")
+
+    status, _ = console.api("admin").post(
+        f"/api/confirmations/{shown['confirmation_id']}/decline/",
+        {"proposal_hash": shown["proposal_hash"], "reason": "not this one"},
+    )
+    assert status == 200
+    (now,) = console.wait_for(
+        "the run to wait on its next proposal",
+        lambda: [
+            c
+            for c in pending_of(console, run["run_id"])
+            if c["proposal_hash"] != shown["proposal_hash"]
+        ],
+    )
+
+    item_of(page, run["run_id"]).get_by_role("button", name="Approve").click()
+    page.wait_for_load_state()
+    alert = page.get_by_role("alert").first.inner_text()
+    assert CHANGED in alert
+    assert "declined by admin" in alert
+    assert "CONFIRMATION_HASH_MISMATCH" in alert
+    assert confirmation(console, now["confirmation_id"])["status"] == "pending"
+    assert confirmation(console, shown["confirmation_id"])["decided_by"] == "admin"
+    # The queue below the refusal already shows what the run asks now.
+    assert '"fr-FR"' in item_of(page, run["run_id"]).inner_text()
+    shot(page, "queue-changed")
+
+
+def test_two_operators_race_on_one_item(new_page: Callable[..., Any], console: Console) -> None:
+    console.user("operator2", "operator")
+    run = waiting_run(console, "Two operators race (queue test)")
+    (pending,) = pending_of(console, run["run_id"])
+    pages = {name: open_queue(new_page, name) for name in ("operator", "operator2")}
+    for name, page in pages.items():
+        item_of(page, run["run_id"]).get_by_label("Reason").fill(f"{name} says yes")
+    # Both click before either answer is back: the server decides who wins.
+    for page in pages.values():
+        item_of(page, run["run_id"]).get_by_role("button", name="Approve").click(no_wait_after=True)
+    for page in pages.values():
+        page.wait_for_selector("[role=status], [role=alert]")
+    decided = confirmation(console, pending["confirmation_id"])
+    winner = decided["decided_by"]
+    assert decided["status"] in ("approved", "consumed")
+    assert decided["decision_reason"] == f"{winner} says yes"
+    (loser,) = [name for name in pages if name != winner]
+    assert "Approved:" in pages[winner].get_by_role("status").first.inner_text()
+    refusal = pages[loser].get_by_role("alert").first.inner_text()
+    assert f"Already decided by {winner} (approved)" in refusal
+    assert "CONFIRMATION_NOT_PENDING" in refusal
+
+
+def test_keys_move_and_act_with_a_confirm_step(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    first = waiting_run(console, "Keyboard first (queue test)")
+    second = waiting_run(console, "Keyboard second (queue test)")
+    page = open_queue(new_page)
+    ids = page.locator("[data-confirmation-run]").evaluate_all(
+        "els => els.map(el => el.getAttribute('data-confirmation-run'))"
+    )
+    at = ids.index(first["run_id"])
+    assert ids.index(second["run_id"]) == at + 1  # oldest first
+    page.locator("body").click(position={"x": 5, "y": 5})
+    for _ in range(at + 1):
+        page.keyboard.press("j")
+    selected = page.locator("[data-confirmation-run][aria-current=true]")
+    assert selected.get_attribute("data-confirmation-run") == second["run_id"]
+    page.keyboard.press("k")
+    assert selected.get_attribute("data-confirmation-run") == first["run_id"]
+    page.keyboard.press("j")
+
+    # a: a dialog asks first; Cancel leaves everything as it was.
+    dialog = page.get_by_role("dialog")
+    page.keyboard.press("a")
+    assert dialog.is_visible()
+    assert "Keyboard second (queue test)" in dialog.inner_text()
+    shot(page, "queue-confirm")
+    dialog.get_by_role("button", name="Cancel").click()
+    assert not dialog.is_visible()
+    (waiting,) = pending_of(console, second["run_id"])
+
+    # d without a reason is held in the dialog; with one, it declines the selected item.
+    page.keyboard.press("d")
+    dialog.get_by_role("button", name="Yes, decline").click()
+    assert "A decline needs a reason." in dialog.inner_text()
+    dialog.get_by_label("Reason for the decision").fill("not now")
+    with page.expect_navigation(url=re.compile(r"/confirmations/$")):
+        dialog.get_by_role("button", name="Yes, decline").click()
+    decided = confirmation(console, waiting["confirmation_id"])
+    assert (decided["status"], decided["decision_reason"]) == ("declined", "not now")
+    assert len(pending_of(console, first["run_id"])) == 1  # the other one is untouched
+
+    # a, confirmed: the (now first of ours) selected item is approved.
+    ids = page.locator("[data-confirmation-run]").evaluate_all(
+        "els => els.map(el => el.getAttribute('data-confirmation-run'))"
+    )
+    for _ in range(ids.index(first["run_id"])):
+        page.keyboard.press("j")
+    page.keyboard.press("a")
+    with page.expect_navigation(url=re.compile(r"/confirmations/$")):
+        dialog.get_by_role("button", name="Yes, approve").click()
+    assert "Approved: the proposal of the run “Keyboard first (queue test)”." in (
+        page.get_by_role("status").first.inner_text()
+    )
+    assert pending_of(console, first["run_id"]) == []
