@@ -75,7 +75,7 @@ def _refusal(row: ConfirmationRow) -> DomainError:
     if newer is not None:
         # The run moved on (this one was declined, and its planner proposed something else):
         # what the page showed is no longer what the run asks; the person must look again.
-        earlier = f" (the one shown was {decided} by {who})" if who else ""
+        earlier = f" The one shown was {decided} by {who}." if who else ""
         return ConfirmationMismatch(
             PROPOSAL_CHANGED + earlier, confirmation_id=row.pk, current_confirmation_id=newer
         )

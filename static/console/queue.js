@@ -46,6 +46,9 @@
     dialog.querySelector("[data-q-title]").textContent =
       approve ? "Approve this proposal?" : "Decline this proposal?";
     dialog.querySelector("[data-q-what]").textContent = describe(item);
+    dialog.querySelector("[data-q-args]").textContent =
+      item.querySelector("[data-q-exact]").textContent;
+    dialog.querySelector("[data-q-warn]").hidden = !item.querySelector("[data-q-untrusted]");
     dialog.querySelector("[data-q-help]").textContent = approve
       ? "Optional when approving; recorded with the decision."
       : "Required: say why you decline it.";
