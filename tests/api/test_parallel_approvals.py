@@ -61,6 +61,8 @@ def test_twenty_parallel_approvals_decide_once(
         if status == 409:
             assert set(body) == {"code", "message", "extra"}, (name, body)
             assert body["code"] == kit.CONFIRMATION_NOT_PENDING, (name, body)
+            # Each loser is told who won, whichever check refused it (issue 11 item 3).
+            assert body["message"].startswith(f"Already decided by {winner} (approved)"), body
 
     # One decision stored, by the winner.
     row = kit.confirmation_row(waiting.confirmation_id)
