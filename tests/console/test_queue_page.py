@@ -288,7 +288,8 @@ def test_untrusted_provenance_is_flagged_and_shown_as_text(people: kit.People) -
         sources={"user-1": ("user", {"goal": "g"}), "tool-1": ("untrusted-content", poisoned)},
     )
     page = text(signed_in(people.operator).get(QUEUE))
-    assert "Derived from retrieved content." in page
+    assert "data-q-untrusted><strong>Derived from retrieved content.</strong>" in page
+    assert "untrusted source" in page
     assert "untrusted: retrieved content" in page
     assert "<script>alert" not in page
     assert "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt;" in page
@@ -298,7 +299,8 @@ def test_trusted_provenance_is_not_flagged(people: kit.People) -> None:
     listed(people.alice.user, sources={"user-1": ("user", {"goal": "g"})})
     page = text(signed_in(people.operator).get(QUEUE))
     assert 'data-q-source="user-1"' in page
-    assert "Derived from retrieved content." not in page
+    assert "data-q-untrusted" not in page
+    assert "untrusted source" not in page
 
 
 def test_a_cited_id_the_run_lacks_is_shown_as_not_found(people: kit.People) -> None:
