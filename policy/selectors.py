@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import F
 
-from policy.domain.canonical import canonical
+from policy.domain.canonical import canonical, per_run_confirmation_hash, proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
@@ -146,7 +146,10 @@ class QueueItem:
     reason_summary: str
     arguments: tuple[ShownArgument, ...]
     exact: str  # the canonical JSON the hash covers, secrets masked
-    masked: bool  # some value was replaced by a secret tag: ``exact`` differs from the hashed
+    # What the hash binds, checked here: "call" (these arguments, once), "run" (a per-run
+    # confirmation: every call of the tool in the run), "masked" (secrets shown as tags, so
+    # the shown bytes cannot be checked), "mismatch" (the hash matches neither: never expected).
+    binding: str
     sources: tuple[CitedSource, ...]
     derived_from_untrusted: bool
 
@@ -213,10 +216,21 @@ def _queue_item(
         reason_summary=str(proposal.get("reason_summary") or ""),
         arguments=_shown(shown),
         exact=canonical(shown, row.hash_scheme),
-        masked=shown is not raw,
+        binding=_binding(row, shown, masked=shown is not raw),
         sources=sources,
         derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
     )
+
+
+def _binding(row: Any, shown: Any, *, masked: bool) -> str:
+    scheme = row.hash_scheme
+    if row.proposal_hash == per_run_confirmation_hash(row.tool_name, row.tool_version, scheme):
+        return "run"
+    if masked:
+        return "masked"
+    if row.proposal_hash == proposal_hash(row.tool_name, row.tool_version, shown, scheme):
+        return "call"
+    return "mismatch"
 
 
 def _arguments(proposal: Any) -> Any:

@@ -16,6 +16,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from policy import services as policy_services
+from policy.domain.canonical import per_run_confirmation_hash, proposal_hash
 from policy.models import Confirmation
 from runs import models as m
 from runs import services
@@ -57,9 +58,11 @@ def listed(
     arguments: dict[str, Any] | None = None,
     sources: dict[str, tuple[str, Any]] | None = None,
     goal: str = "a goal",
+    bound: str | None = None,
 ) -> Confirmation:
     """A pending confirmation shown in the queue (rows written through the services, no run
-    step): the proposal cites ``sources`` ({observation id: (trust, content)})."""
+    step): the proposal cites ``sources`` ({observation id: (trust, content)}); its hash is
+    the arguments' unless ``bound`` names another."""
     run_id = kit.created_run(owner, goal=goal)
     for i, (oid, (trust, content)) in enumerate((sources or {}).items()):
         m.Observation.objects.create(
@@ -67,13 +70,15 @@ def listed(
             content=content, content_hash=f"{i:064x}",
         )  # fmt: skip
     cid = f"{run_id}~c1"
+    arguments = arguments or {"key": "answer_language", "value": "zh-CN"}
     proposal = {
         "kind": "tool", "proposal_id": "p1", "tool_name": "save_preference", "tool_version": "1",
-        "arguments": arguments or {"key": "answer_language", "value": "zh-CN"},
+        "arguments": arguments,
         "reason_summary": "the user asked", "source_observation_ids": list(sources or {}),
     }  # fmt: skip
     policy_services.confirmation_request(
-        run_id=run_id, confirmation_id=cid, proposal_hash=f"{len(run_id):064x}",
+        run_id=run_id, confirmation_id=cid,
+        proposal_hash=bound or proposal_hash("save_preference", "1", arguments),
         tool_name="save_preference", tool_version="1", proposal=proposal, expires_at_step=9,
         cites_untrusted=False,
     )  # fmt: skip
@@ -109,7 +114,7 @@ def test_operators_see_the_pending_item_with_what_they_decide(people: kit.People
     shown = [
         "save_preference", "version 1", "idempotent-write", "memory:write", waiting.proposal_hash,
         "以后请用中文回答", f"/runs/{waiting.run_id}/", "&quot;zh-CN&quot;", "user-1",
-        ">Approve<", ">Decline<", 'name="reason"',
+        ">Approve<", ">Decline<", 'name="reason"', 'data-q-binding="call"',
     ]  # fmt: skip
     for what in shown:
         assert what in page, what
@@ -266,7 +271,8 @@ def test_secrets_are_masked_on_the_page_and_in_the_exact_bytes(people: kit.Peopl
     page = text(client.get(QUEUE))
     assert secret not in page
     assert "[secret:hmac-sha256:" in page
-    assert "Secrets are shown as tags" in page
+    assert 'data-q-binding="masked"' in page
+    assert "secrets are shown as tags" in page
     exact = client.get(f"{QUEUE}{row.pk}/exact.json")
     assert exact.status_code == 200
     assert exact["Content-Type"] == "application/json"
@@ -310,6 +316,17 @@ def test_a_cited_id_the_run_lacks_is_shown_as_not_found(people: kit.People) -> N
     page = text(signed_in(people.operator).get(QUEUE))
     assert 'data-q-source="tool-7"' in page
     assert "not found" in page
+
+
+def test_what_the_hash_binds_is_checked_and_said(people: kit.People) -> None:
+    once = listed(people.alice.user, goal="bound to the call")
+    per_run = listed(people.alice.user, bound=per_run_confirmation_hash("save_preference", "1"))
+    other = listed(people.alice.user, bound=kit.HASH_OTHER)
+    page = text(signed_in(people.operator).get(QUEUE))
+    shown = {row.run_id: page[page.index(row.run_id) :] for row in (once, per_run, other)}
+    assert 'data-q-binding="call"' in shown[once.run_id].split("</article>")[0]
+    assert "every call of this tool in this run" in shown[per_run.run_id].split("</article>")[0]
+    assert "do not approve" in shown[other.run_id].split("</article>")[0]
 
 
 def test_long_values_fold(people: kit.People) -> None:
