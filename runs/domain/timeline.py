@@ -1,0 +1,275 @@
+"""The run detail's timeline: trace events grouped by step, each with a one-line summary.
+
+A step starts at its ``planner.output`` event; everything after it (the gate's layers, the
+confirmation, the tool's start and outcome, the verification, the final answer, the state
+changes) belongs to that step until the next planner output. Events before the first planner
+output (the run's creation and start) form the run's own group, step ``None``.
+
+The order inside a step is the trace's order, which is already the story the issue asks for:
+planner output → each gate layer passed, or the layer and code that rejected → tool started /
+completed with its duration and outcome → verification. ``static/console/trace.js`` appends live
+events by the same rule (a ``planner.output`` opens a new group) and the same summaries.
+
+Plain Python: the details are controlled summaries (runs.domain.trace), never content.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.domain import trace as ev
+
+
+class Phase(enum.StrEnum):
+    RUN = "run"
+    PLANNER = "planner"
+    GATE = "gate"
+    CONFIRMATION = "confirmation"
+    TOOL = "tool"
+    VERIFICATION = "verification"
+    FINAL = "final"
+    STATE = "state"
+    HANDOFF = "handoff"
+    OTHER = "other"
+
+
+class Tone(enum.StrEnum):
+    """How an entry reads: its word is always written (``tone_word``), colour only repeats it."""
+
+    OK = "ok"
+    BAD = "bad"
+    WARN = "warn"
+    INFO = "info"
+    MUTED = "muted"
+
+
+@dataclass(frozen=True)
+class Entry:
+    sequence: int
+    event: str
+    proposal_id: str | None
+    phase: Phase
+    tone: Tone
+    summary: str
+    details: Mapping[str, Any]
+
+
+@dataclass
+class StepGroup:
+    """One step of the run (``step`` None: the run's creation, before the first planner output)."""
+
+    step: int | None
+    entries: list[Entry] = field(default_factory=list)
+    tool: str | None = None
+    passed: list[str] = field(default_factory=list)
+    rejected: tuple[str, str] | None = None
+    outcome: str | None = None
+    duration_ms: int | None = None
+    verification: str | None = None
+
+    @property
+    def title(self) -> str:
+        return "Run" if self.step is None else f"Step {self.step}"
+
+    @property
+    def headline(self) -> str:
+        """What the step came to, in a few words: the tool and how it ended."""
+        parts: list[str] = []
+        if self.tool:
+            parts.append(self.tool)
+        if self.passed:
+            parts.append("passed " + ", ".join(self.passed))
+        if self.rejected:
+            parts.append(f"rejected at {self.rejected[0]}: {self.rejected[1]}")
+        if self.outcome:
+            timing = f" in {self.duration_ms} ms" if self.duration_ms is not None else ""
+            parts.append(f"{self.outcome}{timing}")
+        if self.verification:
+            parts.append(self.verification)
+        return " · ".join(parts)
+
+
+Summary = Callable[[Mapping[str, Any]], tuple[Phase, Tone, str]]
+
+
+def _s(details: Mapping[str, Any], key: str, default: str = "?") -> str:
+    value = details.get(key)
+    return default if value is None else str(value)
+
+
+def _status_tone(status: str) -> Tone:
+    return {"succeeded": Tone.OK, "unknown": Tone.WARN}.get(status, Tone.BAD)
+
+
+def _planner(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    what = {"tool": "a tool call", "final": "a final answer"}.get(_s(d, "kind"), _s(d, "kind"))
+    return Phase.PLANNER, Tone.INFO, f"Planner proposed {what} ({_s(d, 'source')})"
+
+
+def _received(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    untrusted = d.get("cites_untrusted") or []
+    text = f"Proposal: {_s(d, 'tool')} v{_s(d, 'version')}"
+    if untrusted:
+        cited = ", ".join(str(u) for u in untrusted)
+        return Phase.GATE, Tone.WARN, f"{text}, derived from untrusted content ({cited})"
+    return Phase.GATE, Tone.INFO, text
+
+
+def _layer(name: str, ok: tuple[str, ...]) -> Summary:
+    def summary(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+        result = _s(d, "result", "passed")
+        tone = Tone.OK if result in ok else Tone.WARN
+        return Phase.GATE, tone, f"Gate · {name}: {result}"
+
+    return summary
+
+
+def _rejected(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    return Phase.GATE, Tone.BAD, f"Gate · rejected at {_s(d, 'layer')}: {_s(d, 'code')}"
+
+
+def _decided(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    decision = _s(d, "decision")
+    tone = Tone.OK if decision == "approved" else Tone.BAD
+    return Phase.CONFIRMATION, tone, f"Confirmation {decision} by {_s(d, 'by')}"
+
+
+def _completed(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    status = _s(d, "status")
+    text = f"Tool {_s(d, 'tool')} {status} in {_s(d, 'duration_ms')} ms"
+    if d.get("code"):
+        text += f" ({d['code']})"
+    return Phase.TOOL, _status_tone(status), text
+
+
+def _validated(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    if not d.get("valid", True):
+        return Phase.VERIFICATION, Tone.BAD, "Verification: output invalid"
+    verified = "post-condition verified" if d.get("verified") else "no post-condition"
+    return Phase.VERIFICATION, Tone.OK, f"Verification: output valid, {verified}"
+
+
+def _final(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    cited = ", ".join(str(c) for c in d.get("citations") or []) or "nothing"
+    return Phase.FINAL, Tone.OK, f"Final answer validated (cites {cited})"
+
+
+def _stopped(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    status = _s(d, "status")
+    tone = Tone.OK if status == "completed" else Tone.BAD if status == "failed" else Tone.WARN
+    return Phase.STATE, tone, f"Run stopped: {_s(d, 'reason')} ({status})"
+
+
+def _fixed(phase: Phase, tone: Tone, text: str) -> Summary:
+    def summary(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+        return phase, tone, text.format_map(_Missing(d))
+
+    return summary
+
+
+class _Missing(dict[str, Any]):
+    """``str.format_map`` over details, a missing key reading as '?'."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+_SUMMARIES: dict[str, Summary] = {
+    ev.RUN_CREATED: _fixed(
+        Phase.RUN, Tone.INFO, "Run created (planner {planner}, {grants} grants)"
+    ),
+    ev.RUN_STARTED: _fixed(Phase.RUN, Tone.INFO, "Run started"),
+    ev.STATE_TRANSITIONED: _fixed(Phase.STATE, Tone.INFO, "State: {from} → {to}"),
+    ev.PLANNER_OUTPUT: _planner,
+    ev.PROPOSAL_RECEIVED: _received,
+    ev.PROPOSAL_SCHEMA_VALIDATED: _layer("schema", ("passed",)),
+    ev.POLICY_CAPABILITY_CHECKED: _layer("authorization", ("granted",)),
+    ev.POLICY_CONFIRMATION_CHECKED: _layer("confirmation", ("not-required", "confirmed")),
+    ev.PROPOSAL_REJECTED: _rejected,
+    ev.PROPOSAL_WAITING_CONFIRMATION: _fixed(
+        Phase.CONFIRMATION, Tone.WARN, "Waiting for a confirmation ({code})"
+    ),
+    ev.PROPOSAL_LOOP_DETECTED: _fixed(
+        Phase.GATE, Tone.BAD, "Loop detected: {code} ({count} repeats)"
+    ),
+    ev.CONFIRMATION_DECIDED: _decided,
+    ev.TOOL_STARTED: _fixed(Phase.TOOL, Tone.INFO, "Tool {tool} v{version} started"),
+    ev.TOOL_COMPLETED: _completed,
+    ev.TOOL_RETRYING: _fixed(Phase.TOOL, Tone.WARN, "Tool {tool} retrying (attempt {attempt})"),
+    ev.TOOL_RECOVERED: _fixed(Phase.TOOL, Tone.WARN, "Tool {tool} recovered ({how})"),
+    ev.TOOL_RESULT_VALIDATED: _validated,
+    ev.TOOL_VERIFICATION_FAILED: _fixed(
+        Phase.VERIFICATION, Tone.BAD, "Verification failed: {code}"
+    ),
+    ev.FINAL_VALIDATED: _final,
+    ev.FINAL_REJECTED: _fixed(Phase.FINAL, Tone.BAD, "Final answer rejected: {code}"),
+    ev.RUN_CANCEL_REQUESTED: _fixed(Phase.STATE, Tone.WARN, "Cancel requested by {by}"),
+    ev.RUN_STOPPED: _stopped,
+    ev.HANDOFF_OPENED: _fixed(Phase.HANDOFF, Tone.WARN, "Handoff opened: {reason}"),
+    ev.HANDOFF_CLAIMED: _fixed(Phase.HANDOFF, Tone.INFO, "Handoff claimed by {by}"),
+    ev.HANDOFF_RESOLVED: _fixed(Phase.HANDOFF, Tone.INFO, "Handoff resolved: {action} by {by}"),
+    ev.RUN_VALUES_ERASED: _fixed(Phase.OTHER, Tone.MUTED, "Values erased at the user's request"),
+}
+
+
+def describe(event: Mapping[str, Any]) -> Entry:
+    """One trace event as a timeline entry (an event name not known here still shows)."""
+    details = event.get("details") or {}
+    name = str(event["event"])
+    summary = _SUMMARIES.get(name)
+    phase, tone, text = summary(details) if summary else (Phase.OTHER, Tone.MUTED, name)
+    return Entry(
+        sequence=int(event["sequence"]),
+        event=name,
+        proposal_id=event.get("proposal_id"),
+        phase=phase,
+        tone=tone,
+        summary=text,
+        details=details,
+    )
+
+
+def _fold(group: StepGroup, entry: Entry) -> None:
+    """What the step came to: its tool, the gate layers passed, a rejection, the outcome."""
+    d = entry.details
+    if entry.event == ev.PROPOSAL_RECEIVED:
+        group.tool = f"{_s(d, 'tool')} v{_s(d, 'version')}"
+        group.passed, group.rejected = [], None  # a resumed proposal passes the gate again
+    elif entry.event == ev.PROPOSAL_SCHEMA_VALIDATED:
+        group.passed.append("schema")
+    elif entry.event in (ev.POLICY_CAPABILITY_CHECKED, ev.POLICY_CONFIRMATION_CHECKED):
+        if entry.tone is Tone.OK:
+            layer = (
+                "authorization" if entry.event == ev.POLICY_CAPABILITY_CHECKED else "confirmation"
+            )
+            group.passed.append(layer)
+    elif entry.event in (ev.PROPOSAL_REJECTED, ev.PROPOSAL_LOOP_DETECTED, ev.FINAL_REJECTED):
+        default = {ev.PROPOSAL_LOOP_DETECTED: "loop guard", ev.FINAL_REJECTED: "final"}
+        group.rejected = (_s(d, "layer", default.get(entry.event, "?")), _s(d, "code"))
+    elif entry.event == ev.TOOL_COMPLETED:
+        group.outcome = _s(d, "status")
+        duration = d.get("duration_ms")
+        group.duration_ms = duration if isinstance(duration, int) else None
+    elif entry.event == ev.TOOL_RESULT_VALIDATED:
+        group.verification = "verified" if d.get("verified") else "valid"
+    elif entry.event == ev.TOOL_VERIFICATION_FAILED:
+        group.verification = "verification failed"
+    elif entry.event == ev.FINAL_VALIDATED:
+        group.outcome = "final answer"
+
+
+def build_timeline(events: Iterable[Mapping[str, Any]]) -> list[StepGroup]:
+    """Group events (in sequence order) by step. A ``planner.output`` opens the next step;
+    everything else joins the current group."""
+    groups: list[StepGroup] = []
+    for event in events:
+        entry = describe(event)
+        if entry.event == ev.PLANNER_OUTPUT or not groups:
+            step = entry.details.get("step") if entry.event == ev.PLANNER_OUTPUT else None
+            groups.append(StepGroup(step=step if isinstance(step, int) else None))
+        _fold(groups[-1], entry)
+        groups[-1].entries.append(entry)
+    return groups
