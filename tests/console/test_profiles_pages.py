@@ -32,19 +32,10 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services, "enqueue_advance", lambda run_id, **kw: None)
 
 
-@pytest.fixture
-def operator() -> Any:
-    return make_user("operator", "operator")
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user("alice", "user")
-
-
-@pytest.fixture
-def bob() -> Any:
-    return make_user("bob", "user")
+# operator: defines profiles; alice: a user one profile names; bob: a user none names.
+operator = pytest.fixture(name="operator")(lambda: make_user("operator", "operator"))
+alice = pytest.fixture(name="alice")(lambda: make_user("alice", "user"))
+bob = pytest.fixture(name="bob")(lambda: make_user("bob", "user"))
 
 
 @pytest.fixture
