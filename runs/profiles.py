@@ -93,6 +93,20 @@ def profile_usable(*, user: Any, ref: str | int) -> RunProfile:
     return row
 
 
+def profiles_for_start(*, user: Any) -> list[tuple[RunProfile, list[dict[str, Any]]]]:
+    """The profiles ``user`` may start, each with the grants a run of theirs would get (the
+    templates expanded for their name; the templates themselves where the name cannot be
+    expanded, and then starting refuses with the reason)."""
+    out = []
+    for profile in profiles_usable_by(user=user).order_by("name"):
+        try:
+            grants = expand_grants(profile.grant_templates, subject=user.get_username())
+        except ProfileInvalid:
+            grants = list(profile.grant_templates)
+        out.append((profile, grants))
+    return out
+
+
 def profile_form_data(profile: RunProfile) -> dict[str, Any]:
     """A stored profile as the data ``validate_profile`` takes (for the edit form)."""
     return {

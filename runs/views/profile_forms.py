@@ -83,6 +83,7 @@ class ProfileForm(forms.Form):
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, tools: Iterable[str] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["tools"].choices = [(t, t) for t in tools]  # type: ignore[attr-defined]
 
@@ -139,5 +140,6 @@ class StartRunForm(forms.Form):
     )
 
     def __init__(self, *args: Any, profiles: Iterable[Any] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["profile"].choices = [(str(p.pk), p.name) for p in profiles]  # type: ignore[attr-defined]

@@ -72,7 +72,8 @@ def profile_list(request: HttpRequest) -> HttpResponse:
             failure = exc
         else:
             messages.success(request, f"Profile {row.name} saved. Users can start runs from it.")
-            return redirect("/profiles/")
+            # The form posts to #new-profile (a refusal shows there); the list starts at #main.
+            return redirect("/profiles/#main")
     error, status = _refusal(form, failure)
     return _list_page(request, form, error, status)
 
@@ -124,17 +125,18 @@ def profile_archive(request: HttpRequest, profile_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @domain_errors
 def run_new(request: HttpRequest) -> HttpResponse:
-    usable = list(profiles.profiles_usable_by(user=request.user).order_by("name"))
+    choices = profiles.profiles_for_start(user=request.user)
+    usable = [profile for profile, _ in choices]
     if request.method == "GET":
         form = StartRunForm(profiles=usable, initial={"profile": request.GET.get("profile")})
-        return render(request, "console/profiles/new_run.html", {"form": form, "profiles": usable})
+        return render(request, "console/profiles/new_run.html", {"form": form, "choices": choices})
     form = StartRunForm(request.POST, profiles=usable)
     if not form.is_valid():
         error, status = _refusal(form, None)
         if "profile" in form.errors:
             # Unknown, archived or not yours: one answer, in the API's words.
             error["code"] = profiles.ProfileNotFound.code
-        context = {"form": form, "profiles": usable, "error": error}
+        context = {"form": form, "choices": choices, "error": error}
         return render(request, "console/profiles/new_run.html", context, status=status)
     state = profiles.run_from_profile(
         user=request.user,

@@ -80,13 +80,16 @@ def test_operator_sees_the_profiles_and_the_form(operator: Any, demo: None) -> N
     assert 'name="grant_templates"' in html
 
 
-def test_the_list_costs_the_same_for_more_profiles(operator: Any, demo: None) -> None:
-    client = client_for(operator)
-    client.get("/profiles/")
+@pytest.mark.parametrize(("who", "path"), [("operator", "/profiles/"), ("alice", "/runs/new/")])
+def test_the_lists_cost_the_same_for_more_profiles(
+    operator: Any, alice: Any, demo: None, who: str, path: str
+) -> None:
+    client = client_for(operator if who == "operator" else alice)
+    client.get(path)  # warm the session
 
     def count() -> int:
         with CaptureQueriesContext(connection) as queries:
-            assert client.get("/profiles/").status_code == 200
+            assert client.get(path).status_code == 200
         return len(queries)
 
     before = count()
@@ -122,6 +125,7 @@ def test_anonymous_is_sent_to_sign_in() -> None:
 def test_operator_creates_a_profile(operator: Any) -> None:
     response = client_for(operator).post("/profiles/", form())
     assert response.status_code == 302, response.content.decode()[:500]
+    assert response["Location"] == "/profiles/#main"
     row = RunProfile.objects.get(name="new-research")
     assert (row.tools, row.created_by, row.budgets["deadline_s"]) == (
         ["search_public"], operator, 120,
@@ -204,6 +208,20 @@ def test_new_run_shows_only_the_profiles_you_may_use(alice: Any, bob: Any, demo:
     assert "alice-only" not in bobs
     for p in DEMO_PROFILES:
         assert p["name"] in bobs
+    # The grants a run of theirs would get: {subject} is shown expanded, for each user.
+    assert "<code>memory:write</code> on <code>alice</code>" in alices
+    assert "<code>memory:write</code> on <code>bob</code>" in bobs
+
+
+def test_a_user_name_that_would_widen_a_scope_starts_nothing(operator: Any, demo: None) -> None:
+    sneaky = make_user("a..b", "user")
+    row = RunProfile.objects.get(name="research-save-preference")
+    client = client_for(sneaky)
+    assert "{subject}" in client.get("/runs/new/").content.decode()  # not expanded
+    response = client.post("/runs/new/", {"profile": str(row.pk), "goal": "g"})
+    assert response.status_code == 400
+    assert "PROFILE_SUBJECT_UNSAFE" in response.content.decode()
+    assert not Run.objects.exists()
 
 
 def test_new_run_without_profiles_says_whom_to_ask(alice: Any) -> None:
