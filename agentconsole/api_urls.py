@@ -17,6 +17,7 @@ from memory import apis as memory_api
 from policy import apis as policy_api
 from policy.http import LimitedJSONParser, StrictSerializer
 from runs import apis as runs_api
+from runs import profile_apis
 
 
 class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):
@@ -74,6 +75,7 @@ urlpatterns = [
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("auth/token/", StrictObtainAuthToken.as_view(), name="api-token"),
     path("runs/", runs_api.RunListCreate.as_view(), name="api-runs"),
+    path("profiles/", profile_apis.ProfileList.as_view(), name="api-profiles"),
     path("runs/<str:run_id>/", runs_api.RunDetail.as_view(), name="api-run"),
     path("runs/<str:run_id>/cancel/", runs_api.RunCancel.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/events/", runs_api.RunEvents.as_view(), name="api-run-events"),

@@ -46,7 +46,8 @@ def _confirmations_visible(user: Any) -> Any:
     qs = Confirmation.objects.select_related("decided_by")
     if is_operator(user) or is_reviewer(user):
         return qs
-    return qs.filter(run__owner=user)
+    # The same rule as the runs they belong to (runs.selectors.runs_visible).
+    return qs.filter(run_selectors.own_runs_q(user=user, prefix="run__"))
 
 
 class ConfirmationList(APIView):
@@ -79,8 +80,9 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
     c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
     if c is None:
         raise NotFound("no such confirmation")
-    # Operators decide; a run's owner may decide for their own run (it is their confirmation).
-    if not is_operator(request.user) and c.run.owner_id != request.user.pk:
+    # Operators decide; a user may decide for their own run (started by or for them: it is
+    # their confirmation).
+    if not is_operator(request.user) and not run_selectors.is_own_run(user=request.user, run=c.run):
         raise PermissionDenied("only operators or the run's owner decide confirmations")
     data = validated(DecisionIn, request.data)
     run_services.confirmation_decide(

@@ -23,7 +23,7 @@ from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
 from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
-from runs import handoffs, selectors, services
+from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
 from runs.domain.budgets import RunBudgets
 from runs.limits import LimitError
@@ -85,7 +85,9 @@ class RunCreateIn(StrictSerializer):
     subject = serializers.CharField(max_length=128, required=False)
     budgets = BudgetsIn(required=False)
     grants = GrantIn(many=True, required=False)
-    planner = PlannerIn()
+    planner = PlannerIn(required=False)
+    # A run profile (name or id) the caller may use: it brings planner, budgets and grants.
+    profile = serializers.CharField(max_length=63, required=False)
 
 
 class RunCreateThrottled(Throttled):
@@ -162,23 +164,13 @@ class RunListCreate(APIView):
         subject = data.get("subject") or request.user.get_username()
         if subject != request.user.get_username() and not is_admin(request.user):
             raise PermissionDenied("only an admin starts runs for another subject")
-        grants = [dict(g) for g in data.get("grants", [])]
-        if grants and not is_operator(request.user):
-            # Capabilities are trusted input: a user cannot grant their own run anything.
-            raise PermissionDenied("only operators and admins grant capabilities")
         try:
-            budgets = RunBudgets(**data.get("budgets", {}))
-            state = services.run_create(
-                subject=subject,
-                goal=data["goal"],
-                budgets=budgets,
-                grants=grants,
-                planner=dict(data["planner"]),
-                owner=request.user,
-                granted_by=request.user if grants else None,
-                enqueue=True,
-                ctx=wiring.context(),
-            )
+            if "profile" in data:
+                state = profile_apis.run_start(
+                    request=request, data=data, subject=subject, ctx=wiring.context()
+                )
+            else:
+                state = _run_create(request, data, subject)
         except LimitError as exc:
             if exc.retry_after_s:
                 raise LimitReached(exc) from None
@@ -187,6 +179,26 @@ class RunListCreate(APIView):
             raise serializers.ValidationError({"grants": [str(exc)[:500]]}) from None
         run = m.Run.objects.select_related("owner").get(pk=state.run_id)
         return Response(RunOut(run).data, status=status.HTTP_201_CREATED)
+
+
+def _run_create(request: Request, data: dict[str, Any], subject: str) -> Any:
+    if "planner" not in data:
+        raise serializers.ValidationError({"planner": ["required unless a profile is named"]})
+    grants = [dict(g) for g in data.get("grants", [])]
+    if grants and not is_operator(request.user):
+        # Capabilities are trusted input: a user cannot grant their own run anything.
+        raise PermissionDenied("only operators and admins grant capabilities")
+    return services.run_create(
+        subject=subject,
+        goal=data["goal"],
+        budgets=RunBudgets(**data.get("budgets", {})),
+        grants=grants,
+        planner=dict(data["planner"]),
+        owner=request.user,
+        granted_by=request.user if grants else None,
+        enqueue=True,
+        ctx=wiring.context(),
+    )
 
 
 class _Filters(serializers.Serializer):

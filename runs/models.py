@@ -329,3 +329,50 @@ class SubjectUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject}: {self.steps} steps on {self.day}"
+
+
+class RunProfile(models.Model):
+    """What an operator lets users start (runs.profiles; rules in runs.domain.profiles): a planner,
+    the tools it may use, grant templates (``{subject}`` in scopes), budgets, and who may use it.
+
+    Written only by ``runs.profiles`` services, checked by the domain first. ``version`` is the
+    compare-and-set of an edit (two operators editing one profile: the second gets a conflict).
+    Archived profiles stay (runs started from them name them) but nobody can start one.
+    """
+
+    AUDIENCES = ("all", "users", "groups")
+
+    name = models.CharField(max_length=63, unique=True)
+    description = models.TextField(blank=True, default="")
+    audience = models.CharField(max_length=16, choices=[(a, a) for a in AUDIENCES], default="all")
+    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+    groups = models.ManyToManyField("auth.Group", blank=True, related_name="+")
+    planner = models.JSONField(default=dict)
+    tools = models.JSONField(default=list)
+    grant_templates = models.JSONField(default=list)
+    budgets = models.JSONField(default=dict)
+    version = models.PositiveIntegerField(default=1)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(audience__in=("all", "users", "groups")),
+                name="run_profile_audience_valid",
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="run_profile_version_pos"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -90,10 +90,26 @@ def run_observations(*, run_id: str) -> tuple[int, Any]:
     return step, observations.values("observation_id", "kind", "trust", "step", "content")
 
 
+def own_runs_q(*, user: Any, prefix: str = "") -> Q:
+    """A user's own runs: those they started, and those started for them (their name is the
+    run's subject) by someone else — an admin, or a profile run an operator set up.
+    ``prefix`` reaches the run through a relation (``"run__"`` from a confirmation)."""
+    return Q(**{f"{prefix}owner": user}) | Q(**{f"{prefix}subject": user.get_username()})
+
+
+def is_own_run(*, user: Any, run: m.Run) -> bool:
+    return run.owner_id == user.pk or run.subject == user.get_username()
+
+
 def runs_visible(*, user: Any) -> Any:
-    """Runs a user may see: operators, reviewers and admins all; a user their own."""
+    """Runs a user may see: operators, reviewers and admins all; a user their own (started by
+    them or for them)."""
     qs = m.Run.objects.all()
-    return qs if sees_all_runs(user) else qs.filter(owner=user)
+    if sees_all_runs(user):
+        return qs
+    if not getattr(user, "is_authenticated", False):
+        return qs.none()
+    return qs.filter(own_runs_q(user=user))
 
 
 def access_run(*, user: Any, run_id: str) -> m.Run:

@@ -1,7 +1,155 @@
-"""Console pages (views/profiles). Thin: check rights, call services and selectors, render."""
+"""Console pages (views/profiles). Thin: check rights, call services and selectors, render.
+
+``/profiles/`` (operators): the profiles, and a form to define one; ``/profiles/<id>/``: edit;
+``/profiles/<id>/archive/``: archive. ``/runs/new/`` (everyone): start a run from a profile
+you may use, with a goal; you land on the new run's page.
+"""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from typing import Any
 
-urlpatterns: list[URLPattern] = []
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import URLPattern, path
+from django.views.decorators.http import require_http_methods, require_POST
+
+from agentconsole import wiring
+from policy.domain.errors import DomainError
+from policy.pages import domain_errors, role_required, signed_in
+from policy.roles import is_operator
+from policy.status import domain_status
+from runs import profiles
+from runs.views.profile_forms import ProfileForm, StartRunForm, initial_from
+
+FORM_INVALID = "FORM_INVALID"
+NEW_PROFILE = {
+    "audience": "all",
+    "planner_kind": "fixture",
+    "planner_outputs": "[]",
+    "grant_templates": "[]",
+    "max_steps": 8,
+    "max_tool_calls": 4,
+    "max_repeated_proposal": 2,
+    "deadline_s": 300,
+}
+
+
+def _tools() -> list[str]:
+    return list(profiles.tool_capabilities(ctx=wiring.context()))
+
+
+def _refusal(form: Any, error: DomainError | None) -> tuple[dict[str, str], int]:
+    """What the page says about a refused form: the stable code in words, and the status."""
+    if error is not None:
+        return {"code": error.code, "message": error.message}, domain_status(error)
+    first = next(iter(form.errors.items()))
+    label = form.fields[first[0]].label if first[0] in form.fields else "Form"
+    return {"code": FORM_INVALID, "message": f"{label or first[0]}: {first[1][0]}"}, 400
+
+
+def _list_page(request: HttpRequest, form: ProfileForm, error: dict[str, str] | None = None,
+               status: int = 200) -> HttpResponse:  # fmt: skip
+    rows = list(profiles.profiles_all())
+    context = {"profiles": rows, "form": form, "error": error}
+    return render(request, "console/profiles/list.html", context, status=status)
+
+
+@role_required(is_operator)
+@require_http_methods(["GET", "POST"])
+def profile_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _list_page(request, ProfileForm(tools=_tools(), initial=NEW_PROFILE))
+    form = ProfileForm(request.POST, tools=_tools())
+    failure: DomainError | None = None
+    if form.is_valid():
+        try:
+            row = profiles.profile_create(
+                data=form.profile_data(), by=request.user, ctx=wiring.context()
+            )
+        except DomainError as exc:
+            failure = exc
+        else:
+            messages.success(request, f"Profile {row.name} saved. Users can start runs from it.")
+            # The form posts to #new-profile (a refusal shows there); the list starts at #main.
+            return redirect("/profiles/#main")
+    error, status = _refusal(form, failure)
+    return _list_page(request, form, error, status)
+
+
+def _edit_page(request: HttpRequest, row: Any, form: ProfileForm,
+               error: dict[str, str] | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    context = {"profile": row, "form": form, "error": error}
+    return render(request, "console/profiles/edit.html", context, status=status)
+
+
+@role_required(is_operator)
+@require_http_methods(["GET", "POST"])
+@domain_errors
+def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
+    row = profiles.profile_get(profile_id=profile_id)
+    if request.method == "GET":
+        initial = initial_from(profiles.profile_form_data(row), version=row.version)
+        return _edit_page(request, row, ProfileForm(tools=_tools(), initial=initial))
+    form = ProfileForm(request.POST, tools=_tools())
+    failure: DomainError | None = None
+    if form.is_valid():
+        try:
+            row = profiles.profile_update(
+                profile_id=profile_id,
+                data=form.profile_data(),
+                expected_version=form.cleaned_data["version"] or 0,
+                by=request.user,
+                ctx=wiring.context(),
+            )
+        except DomainError as exc:
+            failure = exc
+        else:
+            messages.success(request, f"Profile {row.name} saved (version {row.version}).")
+            return redirect("/profiles/")
+    error, status = _refusal(form, failure)
+    return _edit_page(request, row, form, error, status)
+
+
+@role_required(is_operator)
+@require_POST
+@domain_errors
+def profile_archive(request: HttpRequest, profile_id: int) -> HttpResponse:
+    row = profiles.profile_archive(profile_id=profile_id, by=request.user)
+    messages.success(request, f"Profile {row.name} archived: nobody can start a run from it.")
+    return redirect("/profiles/")
+
+
+@role_required(signed_in)
+@require_http_methods(["GET", "POST"])
+@domain_errors
+def run_new(request: HttpRequest) -> HttpResponse:
+    choices = profiles.profiles_for_start(user=request.user)
+    usable = [profile for profile, _ in choices]
+    if request.method == "GET":
+        form = StartRunForm(profiles=usable, initial={"profile": request.GET.get("profile")})
+        return render(request, "console/profiles/new_run.html", {"form": form, "choices": choices})
+    form = StartRunForm(request.POST, profiles=usable)
+    if not form.is_valid():
+        error, status = _refusal(form, None)
+        if "profile" in form.errors:
+            # Unknown, archived or not yours: one answer, in the API's words.
+            error["code"] = profiles.ProfileNotFound.code
+        context = {"form": form, "choices": choices, "error": error}
+        return render(request, "console/profiles/new_run.html", context, status=status)
+    state = profiles.run_from_profile(
+        user=request.user,
+        ref=form.cleaned_data["profile"],
+        goal=form.cleaned_data["goal"],
+        ctx=wiring.context(),
+    )
+    return redirect(f"/runs/{state.run_id}/")
+
+
+urlpatterns: list[URLPattern] = [
+    path("profiles/", profile_list, name="profiles"),
+    path("profiles/<int:profile_id>/", profile_edit, name="profile-edit"),
+    path("profiles/<int:profile_id>/archive/", profile_archive, name="profile-archive"),
+    path("runs/new/", run_new, name="run-new"),
+]

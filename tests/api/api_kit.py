@@ -44,6 +44,8 @@ CONFIRMATION_NOT_PENDING = "CONFIRMATION_NOT_PENDING"
 HANDOFF_NOT_OPEN = "HANDOFF_NOT_OPEN"
 MEMORY_SCOPE_NOT_OWNED = "MEMORY_SCOPE_NOT_OWNED"
 PREFERENCE_VERSION_CONFLICT = "PREFERENCE_VERSION_CONFLICT"
+PROFILE_NOT_FOUND = "PROFILE_NOT_FOUND"
+PROFILE_EXCLUSIVE = "PROFILE_EXCLUSIVE"
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -187,3 +189,13 @@ def confirmation_row(confirmation_id: str) -> Confirmation:
 def events_of(run_id: str, name: str | None = None) -> list[m.TraceEvent]:
     rows = m.TraceEvent.objects.filter(run_id=run_id).order_by("sequence")
     return [e for e in rows if name is None or e.event == name]
+
+
+def profile_define(by: Any, name: str, **changes: Any) -> Any:
+    """A run profile like the demo's read-only ``research`` (runs.demo_profiles), renamed and
+    changed, through the real service."""
+    from runs import profiles
+    from runs.demo_profiles import DEMO_PROFILES
+
+    data = {**copy.deepcopy(DEMO_PROFILES[0]), "name": name, **changes}
+    return profiles.profile_create(data=data, by=by)

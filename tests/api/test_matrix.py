@@ -26,6 +26,8 @@ OK, CREATED = 200, 201
 DENIED = (403, kit.PERMISSION_DENIED)
 HIDDEN = (404, kit.NOT_FOUND)
 NOT_OWNED = (403, kit.MEMORY_SCOPE_NOT_OWNED)
+NO_PROFILE = (404, kit.PROFILE_NOT_FOUND)  # unknown or not for this user: one answer
+EXCLUSIVE = (400, kit.PROFILE_EXCLUSIVE)
 
 
 class World:
@@ -56,6 +58,13 @@ class World:
     def memory(self) -> None:
         """Alice's citation_style=inline (version 1)."""
         kit.preference_set(self.alice, "citation_style", "inline")
+
+    @cached_property
+    def profiles(self) -> None:
+        """Run profiles defined by ``operator``: ``research`` (all users) and ``alices`` (only
+        alice may use it)."""
+        kit.profile_define(self.people.operator.user, "research")
+        kit.profile_define(self.people.operator.user, "alices", audience="users", users=["alice"])
 
     @cached_property
     def change(self) -> PreferenceChange:
@@ -146,6 +155,25 @@ ROUTES = [
         "POST runs (with grants)",
         lambda p, w: p.post("/api/runs/", {"goal": "g", "planner": PLANNER, "grants": [GRANT]}),
         row(ANON, DENIED, DENIED, CREATED, DENIED, CREATED),
+    ),
+    Route("GET profiles", lambda p, w: p.get("/api/profiles/"), row(ANON, OK, OK, OK, OK, OK)),
+    Route(
+        "POST runs (profile for all users)",
+        lambda p, w: p.post("/api/runs/", {"goal": "g", "profile": "research"}),
+        row(ANON, CREATED, CREATED, CREATED, CREATED, CREATED),
+        needs=("profiles",),
+    ),
+    Route(
+        "POST runs (profile only alice may use)",
+        lambda p, w: p.post("/api/runs/", {"goal": "g", "profile": "alices"}),
+        row(ANON, CREATED, NO_PROFILE, NO_PROFILE, NO_PROFILE, NO_PROFILE),
+        needs=("profiles",),
+    ),
+    Route(
+        "POST runs (profile and own grants)",
+        lambda p, w: p.post("/api/runs/", {"goal": "g", "profile": "research", "grants": [GRANT]}),
+        row(ANON, EXCLUSIVE, EXCLUSIVE, EXCLUSIVE, EXCLUSIVE, EXCLUSIVE),
+        needs=("profiles",),
     ),
     Route("GET run", _run(), READ_RUN),
     Route(
@@ -260,7 +288,7 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-confirmation-decline", "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",
         "api-pref-apply", "api-pref-history", "api-pref-export", "api-pref-erase",
-        "api-pref-revoke",
+        "api-pref-revoke", "api-profiles",
     }  # fmt: skip
     # The catch-all that answers unmatched /api/ paths in JSON (tested in test_errors.py).
     assert names - {"api-not-found"} == covered

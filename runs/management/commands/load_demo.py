@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentconsole import wiring
 from runs.corpus import demo_corpus_dir, document_load
+from runs.demo_profiles import load_demo_profiles
 from runs.models import Run
 from runs.scenarios import parse_scenario, run_scenario
 
@@ -70,6 +71,9 @@ class Command(BaseCommand):
         for path in sorted(demo_corpus_dir().iterdir()):
             document_load(path=path, corpus="public")
         self.stdout.write(f"demo users: {len(lines)}; corpus loaded from {demo_corpus_dir()}")
+        admin = get_user_model().objects.get(username="admin")
+        made = load_demo_profiles(by=admin, ctx=wiring.context())
+        self.stdout.write(f"demo run profiles created: {', '.join(made) or 'none (they exist)'}")
         if Run.objects.exists() and not options["force"]:
             self.stdout.write("runs exist already; demo scenarios not run again (use --force)")
             return

@@ -1,0 +1,262 @@
+"""Run profiles: services (write) and selectors (read). Rules live in ``runs.domain.profiles``.
+
+``profile_create`` / ``profile_update`` / ``profile_archive`` are the only writers of
+``RunProfile``; ``profiles_usable_by`` and ``profile_usable`` answer what a user may start;
+``run_from_profile`` starts a run with exactly the profile's grants, expanded for the subject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from policy.domain.errors import DomainError
+from runs import services
+from runs.context import RunsContext, resolve
+from runs.domain.profiles import (
+    ProfileBudgets,
+    ProfileInvalid,
+    ProfileSpec,
+    expand_grants,
+    same_profile,
+    validate_profile,
+)
+from runs.domain.state import RunState
+from runs.models import RunProfile
+
+
+class ProfileNotFound(DomainError):
+    """Unknown, archived, or not for this user: the same answer (its existence is not shown)."""
+
+    code = "PROFILE_NOT_FOUND"
+    http_status = 404
+
+
+class ProfileConflict(DomainError):
+    """The write meets another: ``PROFILE_NAME_TAKEN``, ``PROFILE_VERSION_CONFLICT`` (edited
+    since the form was loaded), ``PROFILE_ARCHIVED``."""
+
+    code = "PROFILE_CONFLICT"
+    http_status = 409
+
+
+def tool_capabilities(*, ctx: RunsContext | None = None) -> dict[str, tuple[str, ...]]:
+    """Each registered tool name with the capabilities it requires (all its versions)."""
+    out: dict[str, set[str]] = {}
+    for contract in resolve(ctx).registry():
+        out.setdefault(contract.name, set()).update(contract.required_capabilities)
+    return {name: tuple(sorted(caps)) for name, caps in sorted(out.items())}
+
+
+# --- selectors ---------------------------------------------------------------------------------
+
+
+def profiles_all() -> QuerySet[RunProfile]:
+    """Every profile, archived ones too (the operators' list), with who is named."""
+    return RunProfile.objects.prefetch_related("users", "groups").order_by(
+        F("archived_at").asc(nulls_first=True), "name"
+    )
+
+
+def profile_get(*, profile_id: int) -> RunProfile:
+    row = profiles_all().filter(pk=profile_id).first()
+    if row is None:
+        raise ProfileNotFound("no such profile", profile_id=profile_id)
+    return row
+
+
+def profiles_usable_by(*, user: Any) -> QuerySet[RunProfile]:
+    """Active profiles ``user`` may start runs from: for everyone, naming them, or one of their
+    groups. Subqueries, not joins: a user in two named groups sees a profile once."""
+    if not getattr(user, "is_authenticated", False):
+        return RunProfile.objects.none()
+    named = RunProfile.users.through.objects.filter(user=user).values("runprofile_id")
+    grouped = RunProfile.groups.through.objects.filter(group__user=user).values("runprofile_id")
+    return RunProfile.objects.filter(archived_at__isnull=True).filter(
+        Q(audience="all") | Q(audience="users", pk__in=named) | Q(audience="groups", pk__in=grouped)
+    )
+
+
+def profile_usable(*, user: Any, ref: str | int) -> RunProfile:
+    """The profile named (or numbered) ``ref``, if ``user`` may use it."""
+    qs = profiles_usable_by(user=user)
+    text = str(ref)
+    row = (qs.filter(pk=int(text)) if text.isdigit() else qs.filter(name=text)).first()
+    if row is None:
+        raise ProfileNotFound("no such profile, or not one you may use", profile=text[:64])
+    return row
+
+
+def profiles_for_start(*, user: Any) -> list[tuple[RunProfile, list[dict[str, Any]]]]:
+    """The profiles ``user`` may start, each with the grants a run of theirs would get (the
+    templates expanded for their name; the templates themselves where the name cannot be
+    expanded, and then starting refuses with the reason)."""
+    out = []
+    for profile in profiles_usable_by(user=user).order_by("name"):
+        try:
+            grants = expand_grants(profile.grant_templates, subject=user.get_username())
+        except ProfileInvalid:
+            grants = list(profile.grant_templates)
+        out.append((profile, grants))
+    return out
+
+
+def profile_form_data(profile: RunProfile) -> dict[str, Any]:
+    """A stored profile as the data ``validate_profile`` takes (for the edit form)."""
+    return {
+        "name": profile.name,
+        "description": profile.description,
+        "audience": profile.audience,
+        "users": sorted(u.get_username() for u in profile.users.all()),
+        "groups": sorted(g.name for g in profile.groups.all()),
+        "planner": profile.planner,
+        "tools": profile.tools,
+        "grant_templates": profile.grant_templates,
+        "budgets": profile.budgets,
+    }
+
+
+# --- services ----------------------------------------------------------------------------------
+
+
+def _audience(spec: ProfileSpec) -> tuple[list[Any], list[Group]]:
+    users = list(get_user_model().objects.filter(username__in=spec.users))
+    groups = list(Group.objects.filter(name__in=spec.groups))
+    missing = sorted(set(spec.users) - {u.get_username() for u in users})
+    missing += sorted(set(spec.groups) - {g.name for g in groups})
+    if missing:
+        raise ProfileInvalid(
+            f"no user or group named {missing[0]!r}",
+            code="PROFILE_AUDIENCE_UNKNOWN",
+            name=missing[0],
+        )
+    return users, groups
+
+
+def _fields(spec: ProfileSpec) -> dict[str, Any]:
+    data = spec.data()
+    return {k: data[k] for k in ("description", "audience", "planner", "tools", "budgets")} | {
+        "grant_templates": data["grant_templates"]
+    }
+
+
+def _name_free(name: str, *, but: int | None = None) -> None:
+    # The friendly refusal. Two creates racing for one name both pass it: the unique constraint
+    # decides, and the loser's IntegrityError becomes this same refusal (``profile_create``).
+    qs = RunProfile.objects.filter(name=name)
+    if (qs.exclude(pk=but) if but is not None else qs).exists():
+        raise ProfileConflict(f"a profile named {name!r} exists", code="PROFILE_NAME_TAKEN")
+
+
+def profile_create(
+    *, data: Mapping[str, Any], by: Any, ctx: RunsContext | None = None
+) -> RunProfile:
+    """Validate through the domain, then write the profile and its audience in one transaction
+    (a bad template writes nothing)."""
+    spec = validate_profile(data, tools=tool_capabilities(ctx=ctx))
+    users, groups = _audience(spec)
+    _name_free(spec.name)
+    try:
+        with transaction.atomic():
+            row = RunProfile.objects.create(
+                name=spec.name, created_by=by, updated_by=by, **_fields(spec)
+            )
+            row.users.set(users)
+            row.groups.set(groups)
+    except IntegrityError:
+        _name_free(spec.name)  # the name was taken concurrently: refuse in words
+        raise
+    return row
+
+
+def profile_update(
+    *,
+    profile_id: int,
+    data: Mapping[str, Any],
+    expected_version: int,
+    by: Any,
+    ctx: RunsContext | None = None,
+) -> RunProfile:
+    """Replace a profile's definition if it is still the version the editor saw.
+
+    The race: two operators edit one profile from the same page; the compare-and-set on
+    ``version`` lets the first win and gives the second ``PROFILE_VERSION_CONFLICT``.
+    """
+    current = profile_get(profile_id=profile_id)
+    if current.archived_at is not None:
+        raise ProfileConflict(
+            code="PROFILE_ARCHIVED",
+            message="an archived profile is not edited",
+            profile_id=profile_id,
+        )
+    spec = validate_profile(data, tools=tool_capabilities(ctx=ctx))
+    users, groups = _audience(spec)
+    if same_profile(profile_form_data(current), spec.data()) and spec.name == current.name:
+        return current  # nothing changed: no new version
+    with transaction.atomic():
+        _name_free(spec.name, but=profile_id)
+        changed = RunProfile.objects.filter(
+            pk=profile_id, version=expected_version, archived_at__isnull=True
+        ).update(
+            name=spec.name,
+            updated_by=by,
+            updated_at=timezone.now(),
+            version=F("version") + 1,
+            **_fields(spec),
+        )
+        if changed == 0:
+            raise ProfileConflict(
+                code="PROFILE_VERSION_CONFLICT",
+                message="the profile changed since you opened it",
+                profile_id=profile_id,
+            )
+        row = RunProfile.objects.get(pk=profile_id)
+        row.users.set(users)
+        row.groups.set(groups)
+    return row
+
+
+def profile_archive(*, profile_id: int, by: Any) -> RunProfile:
+    """Nobody can start a run from it any more; runs already started keep their grants."""
+    profile_get(profile_id=profile_id)
+    RunProfile.objects.filter(pk=profile_id, archived_at__isnull=True).update(
+        archived_at=timezone.now(), updated_by=by, version=F("version") + 1
+    )
+    return profile_get(profile_id=profile_id)
+
+
+def run_from_profile(
+    *,
+    user: Any,
+    ref: str | int,
+    goal: str,
+    subject: str | None = None,
+    ctx: RunsContext | None = None,
+    enqueue: bool = True,
+) -> RunState:
+    """Start a run from a profile ``user`` may use: the profile's planner, budgets and exactly
+    its grants, each template expanded for the run's subject and bound to the new run.
+
+    The subject is the user's own name unless the caller (an entry point that checked that
+    ``user`` is an admin) names another. The grants are the operator's (``granted_by``: whoever
+    last defined the profile), never the user's."""
+    profile = profile_usable(user=user, ref=ref)
+    subject = subject or user.get_username()
+    grants: Sequence[dict[str, Any]] = expand_grants(profile.grant_templates, subject=subject)
+    return services.run_create(
+        subject=subject,
+        goal=goal,
+        budgets=ProfileBudgets.model_validate(profile.budgets).run_budgets(),
+        grants=grants,
+        planner=dict(profile.planner),
+        owner=user,
+        granted_by=profile.updated_by or profile.created_by,
+        enqueue=enqueue,
+        ctx=ctx,
+    )

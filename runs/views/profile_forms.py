@@ -1,0 +1,145 @@
+"""The forms of the profile pages: they parse what a browser sends into the data the domain
+checks (``runs.domain.profiles.validate_profile``); they decide nothing themselves."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django import forms
+
+from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
+
+_AUDIENCE_LABELS = {"all": "All users", "users": "Named users", "groups": "Groups"}
+_JSON_HELP = "JSON. Checked when you save: a bad value is refused and nothing is saved."
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+
+
+def _json(text: str, *, what: str, kind: type) -> Any:
+    try:
+        value = json.loads(text or ("[]" if kind is list else "{}"))
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            f"{what} is not valid JSON ({exc.msg}, line {exc.lineno})"
+        ) from None
+    if not isinstance(value, kind):
+        raise forms.ValidationError(
+            f"{what} must be a JSON {kind.__name__.replace('dict', 'object')}"
+        )
+    return value
+
+
+class ProfileForm(forms.Form):
+    name = forms.RegexField(
+        regex=f"^{NAME_PATTERN}$",
+        max_length=63,
+        help_text="Lower-case letters, digits and '-'; users pick profiles by this name.",
+    )
+    description = forms.CharField(
+        required=False, max_length=500, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    audience = forms.ChoiceField(
+        choices=[(a, _AUDIENCE_LABELS[a]) for a in AUDIENCES],
+        label="Who may use it",
+    )
+    users = forms.CharField(
+        required=False, label="Named users", help_text="User names, separated by commas."
+    )
+    groups = forms.CharField(
+        required=False, label="Groups", help_text="Group names, separated by commas."
+    )
+    planner_kind = forms.ChoiceField(choices=[(k, k) for k in PLANNER_KINDS], label="Planner")
+    planner_outputs = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+        label="Planner outputs",
+        help_text="The fixture planner's scripted outputs, in order. " + _JSON_HELP,
+    )
+    tools = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple, label="Tools allowed", choices=()
+    )
+    grant_templates = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        label="Grant templates",
+        help_text=(
+            'A list of {"capability", "resource_scope", "expires_at_step"} with optional '
+            '"max_calls" and "constraints"; a scope may name {subject}. ' + _JSON_HELP
+        ),
+    )
+    max_steps = forms.IntegerField(min_value=1, max_value=10_000, initial=8, label="Max steps")
+    max_tool_calls = forms.IntegerField(
+        min_value=0, max_value=10_000, initial=4, label="Max tool calls"
+    )
+    max_repeated_proposal = forms.IntegerField(
+        min_value=1, max_value=100, initial=2, label="Max repeated proposal"
+    )
+    deadline_s = forms.IntegerField(
+        min_value=1, max_value=7 * 24 * 3600, initial=300, label="Time limit (seconds)"
+    )
+    version = forms.IntegerField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, tools: Iterable[str] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["tools"].choices = [(t, t) for t in tools]  # type: ignore[attr-defined]
+
+    def clean_planner_outputs(self) -> Any:
+        return _json(self.cleaned_data["planner_outputs"], what="Planner outputs", kind=list)
+
+    def clean_grant_templates(self) -> Any:
+        return _json(self.cleaned_data["grant_templates"], what="Grant templates", kind=list)
+
+    def profile_data(self) -> dict[str, Any]:
+        """The cleaned form as the profile data the domain validates."""
+        d = self.cleaned_data
+        return {
+            "name": d["name"],
+            "description": d["description"],
+            "audience": d["audience"],
+            "users": _names(d["users"]),
+            "groups": _names(d["groups"]),
+            "planner": {"kind": d["planner_kind"], "outputs": d["planner_outputs"]},
+            "tools": list(d["tools"]),
+            "grant_templates": d["grant_templates"],
+            "budgets": {
+                k: d[k]
+                for k in ("max_steps", "max_tool_calls", "max_repeated_proposal", "deadline_s")
+            },
+        }
+
+
+def initial_from(data: dict[str, Any], *, version: int | None = None) -> dict[str, Any]:
+    """A stored profile (``runs.profiles.profile_form_data``) as the form's initial values."""
+    return {
+        "name": data["name"],
+        "description": data["description"],
+        "audience": data["audience"],
+        "users": ", ".join(data["users"]),
+        "groups": ", ".join(data["groups"]),
+        "planner_kind": data["planner"].get("kind", "fixture"),
+        "planner_outputs": json.dumps(
+            data["planner"].get("outputs", []), indent=2, ensure_ascii=False
+        ),
+        "tools": data["tools"],
+        "grant_templates": json.dumps(data["grant_templates"], indent=2, ensure_ascii=False),
+        **data["budgets"],
+        "version": version,
+    }
+
+
+class StartRunForm(forms.Form):
+    profile = forms.ChoiceField(widget=forms.RadioSelect, label="Profile", choices=())
+    goal = forms.CharField(
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="What the run should do, in your words.",
+    )
+
+    def __init__(self, *args: Any, profiles: Iterable[Any] = (), **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.fields["profile"].choices = [(str(p.pk), p.name) for p in profiles]  # type: ignore[attr-defined]
