@@ -15,11 +15,27 @@ from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.handoff import (
     RESOLUTION_TEXT,
+    UNSETTLED_EFFECTS,
     HandoffStatus,
     allowed_resolutions,
     resolver_refusal,
 )
-from runs.handoffs import can_compensate, unsettled_effect
+
+
+def unsettled_effect(*, run_id: str) -> m.LedgerEntry | None:
+    """The ledger row a handoff settles: the run's latest row whose effect is not settled."""
+    return (
+        m.LedgerEntry.objects.filter(run_id=run_id, status__in=UNSETTLED_EFFECTS)
+        .order_by("-id")
+        .first()
+    )
+
+
+def can_compensate(*, row: m.LedgerEntry, registry: Any) -> bool:
+    """Whether the row's tool (that exact version) is registered and declares compensate()."""
+    registered = registry.get(row.tool_name, row.tool_version)
+    return registered is not None and registered.contract.compensate is not None
+
 
 # The inbox shows the oldest this many; the rest wait their turn (the count says how many).
 INBOX_LIMIT = 100

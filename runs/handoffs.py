@@ -26,7 +26,6 @@ from runs.domain import trace as ev
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.handoff import (
     RESOLUTION_ACTIONS,
-    UNSETTLED_EFFECTS,
     HandoffStatus,
     resolution_refusal,
     resolver_refusal,
@@ -34,6 +33,7 @@ from runs.domain.handoff import (
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, StopReason
 from runs.doorbell import ring_console
+from runs.handoff_selectors import can_compensate, unsettled_effect
 from runs.store import command_from_row
 
 ACTIONS = RESOLUTION_ACTIONS
@@ -90,21 +90,6 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
         except DomainError:
             continue
     raise HandoffError("run too busy", code="RUN_BUSY")
-
-
-def unsettled_effect(*, run_id: str) -> m.LedgerEntry | None:
-    """The ledger row a handoff settles: the run's latest row whose effect is not settled."""
-    return (
-        m.LedgerEntry.objects.filter(run_id=run_id, status__in=UNSETTLED_EFFECTS)
-        .order_by("-id")
-        .first()
-    )
-
-
-def can_compensate(*, row: m.LedgerEntry, registry: Any) -> bool:
-    """Whether the row's tool (that exact version) is registered and declares compensate()."""
-    registered = registry.get(row.tool_name, row.tool_version)
-    return registered is not None and registered.contract.compensate is not None
 
 
 def handoff_resolve_as(
