@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models.functions import Left
+
 from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.handoff import (
@@ -39,6 +41,7 @@ def can_compensate(*, row: m.LedgerEntry, registry: Any) -> bool:
 
 # The inbox shows the oldest this many; the rest wait their turn (the count says how many).
 INBOX_LIMIT = 100
+GOAL_HEAD = 200
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,13 @@ def handoff_inbox(*, reason: str | None = None, limit: int | None = None) -> Inb
     limit = limit or INBOX_LIMIT
     unresolved = m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED)
     matching = unresolved.filter(reason=reason) if reason else unresolved
-    # The row's own columns, the run's goal and subject, the claimant's name: one query.
-    shown = ("id", "reason", "status", "opened_at", "run__id", "run__goal", "run__subject")
+    # The row's own columns, the head of the run's goal (a goal may be long; the row shows
+    # 140 characters), its subject and the claimant's name: one query.
+    shown = ("id", "reason", "status", "opened_at", "run__id", "run__subject")
     page = (
         matching.select_related("run", "assignee")
         .only(*shown, "run", "assignee", "assignee__username")
+        .annotate(goal_head=Left("run__goal", GOAL_HEAD))
         .order_by("opened_at", "id")[:limit]
     )
     rows = [
@@ -81,7 +86,7 @@ def handoff_inbox(*, reason: str | None = None, limit: int | None = None) -> Inb
             reason=h.reason,
             status=h.status,
             run_id=h.run.id,
-            goal=h.run.goal,
+            goal=h.goal_head,
             subject=h.run.subject,
             opened_at=h.opened_at,
             claimed_by=h.assignee.get_username() if h.assignee is not None else None,

@@ -254,6 +254,17 @@ def test_inbox_shows_the_oldest_page_and_says_how_many_wait(
     assert "Showing the oldest 2 of 3" in body
 
 
+def test_a_long_goal_is_cut_in_the_inbox_and_whole_in_the_bundle(people: People) -> None:
+    goal = "a very long goal " + "x" * 3000 + " THE END"
+    handed = handoff_run(people.user("alice"), goal=goal)
+    reviewer = people.client("reviewer")
+    inbox = text(reviewer.get("/handoffs/"))
+    assert f'data-handoff="{handed.handoff_id}"' in inbox
+    assert "a very long goal" in inbox
+    assert "THE END" not in inbox
+    assert "THE END" in text(reviewer.get(f"/handoffs/{handed.handoff_id}/"))
+
+
 def test_untrusted_text_is_never_html(people: People) -> None:
     goal = '<script>alert("x")</script><img src=x onerror=alert(1)>'
     handed = handoff_run(people.user("alice"), goal=goal)
@@ -429,12 +440,21 @@ def test_unknown_effect_is_highlighted_with_its_token(people: People, settings: 
         assert html.escape(action) in forbidden
     offered = [a for a in RESOLUTION_ACTIONS if f'data-action="{a}"' in body]
     assert offered == ["mark_effect_present", "compensate", "cancel", "fail"]
-    # The same rule holds whoever posts: marking a failed-check write absent is refused.
+    # The same rule holds whoever posts, page or API: a failed-check write is not marked
+    # absent, nor retried.
     assert_refused(
         resolve(people, "reviewer", handed, "mark_effect_absent", "looks gone"),
         409,
         "HANDOFF_ACTION_NOT_ALLOWED",
     )
+    api = people.client("reviewer").post(
+        f"/api/handoffs/{handed.handoff_id}/resolve/",
+        {"action": "retry_same_token", "reason": "try again"},
+        content_type="application/json",
+    )
+    assert api.status_code == 409
+    assert api.json()["code"] == "HANDOFF_ACTION_NOT_ALLOWED"
+    assert handoff_row(handed).status == "claimed"
     response = resolve(people, "reviewer", handed, "mark_effect_present", "file checked")
     assert response.status_code == 302
     body = text(people.client("reviewer").get(f"/handoffs/{handed.handoff_id}/"))
