@@ -377,14 +377,10 @@ class HandoffResolve(APIView):
     def post(self, request: Request, handoff_id: int) -> Response:
         _reviewer(request)
         data = validated(ResolveIn, request.data)
-        h = m.Handoff.objects.filter(pk=handoff_id).first()
-        if h is None:
-            raise NotFound("no such handoff")
-        if h.assignee_id not in (None, request.user.pk) and not is_admin(request.user):
-            raise PermissionDenied("this handoff is claimed by another reviewer")
-        resolved = handoffs.handoff_resolve(
+        resolved = handoffs.handoff_resolve_as(
             handoff_id=handoff_id,
-            by=request.user,
+            user=request.user,
+            user_is_admin=is_admin(request.user),
             action=data["action"],
             reason=data["reason"],
             ctx=wiring.context(),

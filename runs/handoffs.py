@@ -24,25 +24,31 @@ from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.clock import SYSTEM_CLOCK, Clock
-from runs.domain.handoff import HandoffStatus
+from runs.domain.handoff import (
+    RESOLUTION_ACTIONS,
+    HandoffStatus,
+    resolution_refusal,
+    resolver_refusal,
+)
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, StopReason
 from runs.doorbell import ring_console
+from runs.handoff_selectors import can_compensate, unsettled_effect
 from runs.store import command_from_row
 
-ACTIONS = (
-    "retry_same_token",
-    "mark_effect_present",
-    "mark_effect_absent",
-    "compensate",
-    "cancel",
-    "fail",
-)
+ACTIONS = RESOLUTION_ACTIONS
 
 
 class HandoffError(DomainError):
     code = "HANDOFF_INVALID"
     http_status = 409
+
+
+class HandoffNotYours(HandoffError):
+    """Claimed by another reviewer: only they (or an admin) resolve it."""
+
+    code = "PERMISSION_DENIED"
+    http_status = 403
 
 
 def handoff_claim(*, handoff_id: int, by: Any, ctx: RunsContext | None = None) -> m.Handoff:
@@ -53,13 +59,27 @@ def handoff_claim(*, handoff_id: int, by: Any, ctx: RunsContext | None = None) -
             status=HandoffStatus.CLAIMED, assignee=user_or_none(by), claimed_at=timezone.now()
         )
         if n != 1:
-            if not m.Handoff.objects.filter(pk=handoff_id).exists():
-                raise NotFound("no such handoff", handoff_id=handoff_id)
-            raise HandoffError("handoff is not open", code="HANDOFF_NOT_OPEN")
+            raise _not_open(handoff_id)
         handoff = m.Handoff.objects.get(pk=handoff_id)
         _record(store, handoff.run_id, ev.HANDOFF_CLAIMED, handoff=handoff.pk, by=actor_name(by))
         transaction.on_commit(ring_console)
     return handoff
+
+
+def _not_open(handoff_id: int) -> DomainError:
+    """Why a claim lost: no such handoff, or who holds it (the loser of a race reads the
+    winner's row, committed before its own update matched nothing)."""
+    held = m.Handoff.objects.filter(pk=handoff_id).select_related("assignee").first()
+    if held is None:
+        return NotFound("no such handoff", handoff_id=handoff_id)
+    if held.status == HandoffStatus.RESOLVED:
+        return HandoffError("this handoff is resolved already", code="HANDOFF_NOT_OPEN")
+    holder = held.assignee.get_username() if held.assignee is not None else None
+    return HandoffError(
+        f"already claimed by {holder}" if holder else "already claimed",
+        code="HANDOFF_NOT_OPEN",
+        claimed_by=holder,
+    )
 
 
 def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
@@ -70,6 +90,35 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
         except DomainError:
             continue
     raise HandoffError("run too busy", code="RUN_BUSY")
+
+
+def handoff_resolve_as(
+    *,
+    handoff_id: int,
+    user: Any,
+    user_is_admin: bool,
+    action: str,
+    reason: str,
+    ctx: RunsContext | None = None,
+) -> m.Handoff:
+    """``handoff_resolve`` for a signed-in person (API and console): only the claimant, or an
+    admin standing in, may resolve a claimed handoff."""
+    handoff = m.Handoff.objects.filter(pk=handoff_id).select_related("assignee").first()
+    if handoff is None:
+        raise NotFound("no such handoff", handoff_id=handoff_id)
+    refusal = resolver_refusal(
+        status=handoff.status,
+        assignee_id=handoff.assignee_id,
+        user_id=user.pk,
+        user_is_admin=user_is_admin,
+    )
+    if refusal == "PERMISSION_DENIED":
+        holder = handoff.assignee.get_username() if handoff.assignee else "another reviewer"
+        raise HandoffNotYours(
+            f"this handoff is claimed by {holder}: only they may resolve it",
+            claimed_by=holder,
+        )
+    return handoff_resolve(handoff_id=handoff_id, by=user, action=action, reason=reason, ctx=ctx)
 
 
 def handoff_resolve(
@@ -94,24 +143,20 @@ def handoff_resolve(
         raise NotFound("no such handoff", handoff_id=handoff_id)
     if handoff.status != HandoffStatus.CLAIMED:
         raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
-    row = (
-        m.LedgerEntry.objects.filter(
-            run_id=handoff.run_id,
-            status__in=[
-                LedgerStatus.UNKNOWN,
-                LedgerStatus.COMPENSATION_REQUIRED,
-                LedgerStatus.STARTED,
-            ],
-        )
-        .order_by("-id")
-        .first()
-    )
+    row = unsettled_effect(run_id=handoff.run_id)
     ctx = resolve(ctx)
+    refusal = resolution_refusal(
+        action,
+        effect_status=row.status if row is not None else None,
+        can_compensate=row is not None and can_compensate(row=row, registry=ctx.registry()),
+    )
+    if refusal is not None:
+        raise HandoffError(refusal[1], code=refusal[0])
     store = ctx.store()
     result: dict[str, Any] = {"action": action}
     new_status = None
     if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
-        if row is None:
+        if row is None:  # resolution_refusal refused this already; mypy does not know
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
         new_status, outcome = _effect_action(
             action, row, store, ctx, by=actor_name(by), reason=reason, clock=clock

@@ -103,3 +103,105 @@ def build_handoff_bundle(
     }
     redacted: dict[str, Any] = redact_secrets(bundle)
     return redacted
+
+
+# --- resolution rules (one place for the API, the console and the service) -------------------
+
+# Every command a reviewer may send, in the order the console offers them.
+RESOLUTION_ACTIONS = (
+    "retry_same_token",
+    "mark_effect_present",
+    "mark_effect_absent",
+    "compensate",
+    "cancel",
+    "fail",
+)
+EFFECT_ACTIONS = frozenset(RESOLUTION_ACTIONS[:4])
+
+# (button label, what the command does), for people.
+RESOLUTION_TEXT: dict[str, tuple[str, str]] = {
+    "retry_same_token": (
+        "Retry with the same token",
+        "Run the tool again under the same idempotency token; an idempotent tool cannot "
+        "double the effect. The ledger row settles by what the retry finds.",
+    ),
+    "mark_effect_present": (
+        "Mark effect present",
+        "You checked the outside system and the effect is there: the ledger row becomes "
+        "reconciled.",
+    ),
+    "mark_effect_absent": (
+        "Mark effect absent",
+        "You checked the outside system and the effect is not there: the ledger row becomes "
+        "failed.",
+    ),
+    "compensate": (
+        "Compensate",
+        "Undo the effect with the tool's own compensation; the ledger row becomes reconciled.",
+    ),
+    "cancel": (
+        "Cancel the run",
+        "Cancel the run through the state machine (a finished run keeps its status); no "
+        "effect is settled.",
+    ),
+    "fail": (
+        "Fail the run",
+        "Fail the run through the state machine (a finished run keeps its status); no "
+        "effect is settled.",
+    ),
+}
+
+# Ledger statuses a handoff can settle (the latest such row of the run is the one it settles).
+UNSETTLED_EFFECTS = ("unknown", "compensation-required", "started")
+
+
+def resolution_refusal(
+    action: str, *, effect_status: str | None, can_compensate: bool
+) -> tuple[str, str] | None:
+    """Why ``action`` may not resolve a handoff whose run's unsettled effect has
+    ``effect_status`` (None: no unsettled effect) — a (code, message) pair — or None.
+
+    A write that happened but failed its post-condition (compensation-required) is present by
+    definition: it can be compensated or accepted, never marked absent, and retrying it under
+    the same token only repeats the answer that failed verification."""
+    if action not in RESOLUTION_ACTIONS:
+        return "HANDOFF_ACTION_UNKNOWN", f"unknown action {action!r}"
+    if action not in EFFECT_ACTIONS:
+        return None
+    if effect_status is None:
+        return "HANDOFF_NO_EFFECT", "no effect to settle"
+    if action == "compensate" and not can_compensate:
+        return "COMPENSATION_NOT_SUPPORTED", "this tool cannot compensate"
+    if effect_status == "compensation-required" and action in (
+        "retry_same_token",
+        "mark_effect_absent",
+    ):
+        return (
+            "HANDOFF_ACTION_NOT_ALLOWED",
+            "the write happened and failed its check: compensate it or mark it present",
+        )
+    return None
+
+
+def allowed_resolutions(*, effect_status: str | None, can_compensate: bool) -> list[str]:
+    """The commands that may resolve such a handoff, in the console's order."""
+    return [
+        action
+        for action in RESOLUTION_ACTIONS
+        if resolution_refusal(action, effect_status=effect_status, can_compensate=can_compensate)
+        is None
+    ]
+
+
+def resolver_refusal(
+    *, status: str, assignee_id: int | None, user_id: int | None, user_is_admin: bool
+) -> str | None:
+    """Why this person may not resolve the handoff now (a stable code), or None.
+
+    Only the claimant resolves (an admin may stand in); a handoff claimed under a name that is
+    no account (a scenario, the system) may be resolved by any reviewer."""
+    if status != HandoffStatus.CLAIMED:
+        return "HANDOFF_NOT_CLAIMED"
+    if assignee_id is not None and assignee_id != user_id and not user_is_admin:
+        return "PERMISSION_DENIED"
+    return None

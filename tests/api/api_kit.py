@@ -19,6 +19,10 @@ from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.scenarios import parse_scenario, run_scenario
 
+# Runs that end with a handoff live in tests/support/handoffs.py (the console tests use them too).
+from tests.support.handoffs import Handed as Handed
+from tests.support.handoffs import handoff_run as handoff_run
+
 # The personas live in tests/support/personas.py; the API tests know them as kit.<name>.
 from tests.support.personas import PASSWORD as PASSWORD
 from tests.support.personas import People as People
@@ -123,28 +127,6 @@ def waiting_run(owner: Any, *, cites: list[str] | None = None) -> Waiting:
         proposal_hash=pending["proposal_hash"],
         version=export["state"]["version"],
     )
-
-
-@dataclass(frozen=True)
-class Handed:
-    """A failed run with one open handoff."""
-
-    run_id: str
-    handoff_id: int
-
-
-def handoff_run(owner: Any) -> Handed:
-    """``s15-unknown-tool`` cut to one step: the registry rejects the first proposal and the
-    step budget (1) is then exhausted, so the run fails with MAX_STEPS_REACHED and opens a
-    handoff. No tool runs, so no tool thread needs a committed database."""
-    data = copy.deepcopy(load_fixture("scenarios/s15-unknown-tool.json"))
-    data["subject"] = owner.get_username()
-    data["budgets"]["max_steps"] = 1
-    export = scenario_run(data, owner)
-    assert export["state"]["stop_reason"] == "MAX_STEPS_REACHED", export["state"]
-    handoff = m.Handoff.objects.get(run_id=export["state"]["run_id"])
-    assert handoff.status == "open"
-    return Handed(run_id=export["state"]["run_id"], handoff_id=handoff.pk)
 
 
 def created_run(owner: Any, *, subject: str | None = None, goal: str = "a goal") -> str:

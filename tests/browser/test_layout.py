@@ -22,6 +22,7 @@ from tests.browser.browser_kit import (
     login,
     shot,
 )
+from tests.support.handoffs import budget_handoff_scenario, live_handoff
 
 pytestmark = pytest.mark.browser
 
@@ -31,8 +32,14 @@ def _first_run(console: Console) -> str:
 
 
 def _first_handoff(console: Console) -> str:
-    handoffs = console.api("reviewer").get("/api/handoffs/")
-    assert handoffs, "the demo has no handoff"
+    """An open handoff: the demo's, or (when the demo has none open, or another test resolved
+    it) a fresh one from ``manage.py run_fixture``."""
+    reviewer = console.api("reviewer")
+    handoffs = reviewer.get("/api/handoffs/?status=open")
+    if not handoffs:
+        run_id = live_handoff(console.manage, budget_handoff_scenario("alice"))
+        handoffs = [h for h in reviewer.get("/api/handoffs/?status=open") if h["run_id"] == run_id]
+    assert handoffs, "no open handoff, even after making one"
     return str(handoffs[0]["id"])
 
 
