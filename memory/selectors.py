@@ -163,7 +163,7 @@ def memory_admin_search(
     empty: any), in (subject, key) order, ``limit`` at a time after ``after`` (keyset: one
     query whatever the page, on the (subject, key) unique index)."""
     _require_administrator(by)
-    rows = PreferenceRecord.objects.select_related("revoked_by").order_by("subject", "key")
+    rows = PreferenceRecord.objects.order_by("subject", "key")
     if subject:
         rows = rows.filter(subject__startswith=subject)
     if key:
