@@ -93,8 +93,7 @@ def change_confirm(request: HttpRequest, change_id: int) -> HttpResponse:
     result = services.preference_apply_edit(
         change_id=change_id, shown_hash=form.cleaned_data["proposal_hash"], by=request.user
     )
-    if not result.ok:
-        messages.warning(request, "This preference changed since you read it: choose below.")
+    if not result.ok:  # the change's page now says so, with both values
         return redirect(f"{PREFERENCES}changes/{change_id}/")
     messages.success(request, f"Saved: now version {result.version}.")
     return redirect(PREFERENCES)
