@@ -23,6 +23,7 @@ import pytest
 from tests.browser.browser_kit import (
     COLOUR_ONLY_JS,
     DESKTOP,
+    NOT_FOCUSABLE_JS,
     OVERFLOW_JS,
     PHONE,
     UNLABELLED_JS,
@@ -31,6 +32,7 @@ from tests.browser.browser_kit import (
     login,
     shot,
 )
+from tests.browser.test_layout import _tab_reaches_every_action as tab_misses
 
 pytestmark = pytest.mark.browser
 
@@ -56,12 +58,14 @@ def current(api: Api, key: str) -> dict[str, Any]:
 
 
 def check_page(page: Any, name: str) -> None:
-    """test_layout's checks on a page it does not visit, and its screenshot."""
-    shot(page, name)
+    """test_layout's checks on a page it does not visit, and its screenshot (whole page)."""
+    shot(page, name, full_page=True)
     overflow = page.evaluate(OVERFLOW_JS)
     assert overflow["scroll"] <= overflow["width"], f"{name} overflows: {overflow}"
     assert page.evaluate(UNLABELLED_JS) == [], f"{name}: form controls without a label"
     assert page.evaluate(COLOUR_ONLY_JS) == [], f"{name}: a status shown by colour alone"
+    assert page.evaluate(NOT_FOCUSABLE_JS) == [], f"{name}: a click target the keyboard skips"
+    assert tab_misses(page) == [], f"{name}: actions Tab never reaches"
 
 
 def test_user_edits_through_confirmation_meets_a_conflict_chooses_revokes_and_exports(
