@@ -65,6 +65,8 @@ class PreferenceHistory(models.Model):
     run_id = models.CharField(max_length=64, null=True, blank=True)
     # Who: a username, "run:<id>" for a confirmed tool write, "system" for retention.
     actor = models.CharField(max_length=150, blank=True, default="")
+    # Why (a revocation's reason, "erased by the subject"...): the audit trail says it in words.
+    reason = models.CharField(max_length=256, blank=True, default="")
     # A tool write under the same idempotency token is recorded once (a retried call is a no-op).
     idempotency_token = models.CharField(max_length=64, null=True, blank=True, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)

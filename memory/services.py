@@ -39,6 +39,13 @@ class ScopeNotOwned(MemoryError):
     http_status = 403
 
 
+class VersionConflict(MemoryError):
+    """The value moved since the caller read it (the same code as a conflicting write)."""
+
+    code = "PREFERENCE_VERSION_CONFLICT"
+    http_status = 409
+
+
 @dataclass(frozen=True)
 class WriteResult:
     ok: bool
@@ -244,10 +251,25 @@ def preference_apply_edit(
     return result
 
 
-def preference_revoke(*, subject: str, key: str, by: Any, reason: str) -> PreferenceRecord:
-    """Revoke: the record stays as a tombstone (revoked_at/by/reason) and history records it.
-    The key can be set again only by a new confirmed write."""
+def preference_revoke(
+    *, subject: str, key: str, by: Any, reason: str, expected_version: int | None = None
+) -> PreferenceRecord:
+    """The owner (or an admin) revokes their own preference: see ``preference_revoke_record``."""
     check_owner(subject=subject, by=by)
+    return preference_revoke_record(
+        subject=subject, key=key, by=by, reason=reason, expected_version=expected_version
+    )
+
+
+def preference_revoke_record(
+    *, subject: str, key: str, by: Any, reason: str, expected_version: int | None = None
+) -> PreferenceRecord:
+    """Revoke; callers have checked ``by`` may (the owner, or memory administration).
+
+    The record stays as a tombstone (revoked_at/by/reason) and history records who and why.
+    With ``expected_version`` the revocation applies only to the version that was shown: a value
+    changed since is a PREFERENCE_VERSION_CONFLICT, never a revocation of a value nobody saw.
+    The key can be set again only by a new confirmed write."""
     with transaction.atomic():
         record = (
             PreferenceRecord.objects.select_for_update()
@@ -256,6 +278,12 @@ def preference_revoke(*, subject: str, key: str, by: Any, reason: str) -> Prefer
         )
         if record is None:
             raise NotFound("no active preference with this key", key=key)
+        if expected_version is not None and record.version != expected_version:
+            raise VersionConflict(
+                "the preference changed since it was shown",
+                current_version=record.version,
+                expected_version=expected_version,
+            )
         record.revoked_at = timezone.now()
         record.revoked_by = by
         record.revoke_reason = reason[:256]
@@ -270,6 +298,7 @@ def preference_revoke(*, subject: str, key: str, by: Any, reason: str) -> Prefer
             version=record.version,
             action="revoke",
             actor=by.get_username(),
+            reason=record.revoke_reason,
         )
     return record
 
@@ -286,7 +315,15 @@ def preference_history(*, subject: str, by: Any, key: str | None = None) -> list
         rows = rows.filter(key=key)
     return list(
         rows.order_by("key", "version", "id").values(
-            "key", "value", "version", "action", "confirmation_id", "run_id", "actor", "created_at"
+            "key",
+            "value",
+            "version",
+            "action",
+            "confirmation_id",
+            "run_id",
+            "actor",
+            "reason",
+            "created_at",
         )
     )
 
@@ -336,6 +373,7 @@ def preferences_erase(*, subject: str, by: Any, ctx: RunsContext | None = None) 
                 version=r.version,
                 action="erase",
                 actor=by.get_username(),
+                reason="erased at the subject's request",
             )
         PreferenceRecord.objects.filter(pk__in=[r.pk for r in records]).delete()
         # Edits in flight hold values too: they go with the records.
@@ -377,6 +415,7 @@ def preferences_purge_expired(*, now: Any = None) -> int:
                     version=record.version,
                     action="purge",
                     actor="system",
+                    reason="retention period ended",
                 )
                 purged += 1
     return purged
