@@ -11,7 +11,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError
 
 # The accounts ``load_demo`` creates, each with its user name as password (see load_demo.py).
-DEMO_PASSWORDS = {name: name for name in ("operator", "reviewer", "alice", "admin")}
+DEMO_PASSWORDS = {name: name for name in ("operator", "reviewer", "alice", "bob", "admin")}
 
 
 def demo_accounts_with_demo_password() -> list[str]:

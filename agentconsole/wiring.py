@@ -40,7 +40,7 @@ from runs.isolation import run_isolated
 from runs.leases import watch_tool
 from runs.limits import step_quota
 from runs.store import OrmRunStore
-from runs.tools import artifacts, search
+from runs.tools import artifacts, demo_partner, search
 
 
 def _contracts_from(obj: Any, path: str) -> list[ToolContract]:
@@ -77,6 +77,11 @@ def builtin_contracts() -> list[ToolContract]:
     return [search.contract(), artifacts.contract(), memory_tools.contract(memory_policies())]
 
 
+def demo_contracts() -> list[ToolContract]:
+    """Tools the demo needs and production must not have: only with DEBUG on."""
+    return [demo_partner.contract()] if settings.DEBUG else []
+
+
 def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:
     out: list[ToolContract] = []
     for path in paths:
@@ -88,7 +93,9 @@ def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:
 def registry() -> ToolRegistry:
     try:
         return ToolRegistry(
-            builtin_contracts() + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
+            builtin_contracts()
+            + demo_contracts()
+            + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
         )
     except RegistryError as exc:
         raise ImproperlyConfigured(str(exc)) from exc

@@ -1,6 +1,9 @@
-"""`make bench`: every figure of issue 6 in one run, on a private database that is dropped at the
-end. PostgreSQL + Redis when DATABASE_URL / REDIS_URL are set, SQLite + in-memory otherwise.
-Prints a table and writes bench/results.json (not committed)."""
+"""`make bench`: every figure of issues 6 and 11 in one run, on a private database that is dropped
+at the end. PostgreSQL + Redis when DATABASE_URL / REDIS_URL are set, SQLite + in-memory otherwise.
+Prints a table and writes bench/results.json (not committed).
+
+``BENCH=name1,name2`` runs only those benchmarks (a function name, with or without its
+``bench_`` prefix: ``BENCH=console_run_detail_ms,console_trace_keepup``)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from bench.harness import ROOT, Context, private_database
@@ -45,13 +49,15 @@ def main() -> int:
 
         benches = [core.bench_gate, core.bench_persisted_steps, core.bench_step_growth]
         try:
-            from bench import live
+            from bench import console, live
 
             benches += [live.bench_trace_latency, live.bench_approval_roundtrip,
-                        live.bench_runs_list, live.bench_worker_scaling]  # fmt: skip
+                        live.bench_runs_list, live.bench_worker_scaling,
+                        console.bench_console_run_detail_ms,
+                        console.bench_console_trace_keepup]  # fmt: skip
         except ImportError as exc:
             ctx.notes.append(f"live benchmarks unavailable: {exc}")
-        for bench in benches:
+        for bench in selected(benches, os.environ.get("BENCH", "")):
             if ctx.time_left() < 20:
                 ctx.notes.append(f"{bench.__name__} skipped: time budget spent")
                 continue
@@ -78,6 +84,18 @@ def main() -> int:
     _print(results)
     print(f"\nwritten: {out}")
     return 0
+
+
+def selected(benches: list[Callable[..., Any]], names: str) -> list[Callable[..., Any]]:
+    """The benchmarks ``BENCH`` names (all when it is empty); an unknown name is an error."""
+    wanted = {n.strip().removeprefix("bench_") for n in names.split(",") if n.strip()}
+    if not wanted:
+        return benches
+    known = {b.__name__.removeprefix("bench_"): b for b in benches}
+    unknown = sorted(wanted - known.keys())
+    if unknown:
+        raise SystemExit(f"BENCH: no benchmark {', '.join(unknown)}; known: {', '.join(known)}")
+    return [b for name, b in known.items() if name in wanted]
 
 
 def _fmt(value: Any) -> str:

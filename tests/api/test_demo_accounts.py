@@ -19,11 +19,11 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def dev_var(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """load_demo writes var/demo-logins.txt under BASE_DIR: keep the checkout's own file. The
-    demo scenarios are not run (their tools run in threads that need a committed database; the
-    accounts are what these tests are about)."""
+    demo runs are not made (their tools run in threads that need a committed database; the
+    accounts are what these tests are about; tests/workers/test_demo_data.py makes them)."""
     from runs.management.commands import load_demo
 
-    monkeypatch.setattr(load_demo, "DEMO_SCENARIOS", ())
+    monkeypatch.setattr(load_demo, "load_demo_runs", lambda **kw: [])
     settings.BASE_DIR = tmp_path
     settings.DEBUG = True
     return tmp_path

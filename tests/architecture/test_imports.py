@@ -242,40 +242,50 @@ def test_no_import_inside_a_function_without_a_reason() -> None:
 # The checks below prove that each rule catches what it is meant to catch.
 
 
-def test_a_cycle_through_an_import_inside_a_function_is_found() -> None:
-    sources = {
-        "runs/services.py": "from runs import tasks\n",
-        "runs/tasks.py": "def sweep():\n    from runs.sweeper import sweep\n",
-        "runs/sweeper.py": "import runs.services\n",
-        "runs/models.py": "",
-    }
-    assert cycles(import_graph(sources)) == [
-        ["runs.services", "runs.tasks", "runs.sweeper", "runs.services"]
-    ]
+def _sources(spec: str) -> dict[str, str]:
+    """Module sources from lines ``path: source``, ``|`` standing for a line break."""
+    files = (line.strip().partition(": ") for line in spec.strip().splitlines())
+    return {path: source.replace("|", "\n") + "\n" * bool(source) for path, _, source in files}
 
 
-def test_a_package_init_counts_as_imported() -> None:
-    sources = {
-        "agentconsole/__init__.py": "from agentconsole.celery import app\n",
-        "agentconsole/celery.py": "from runs.faultlab import QUEUE\n",
-        "runs/faultlab.py": "from agentconsole.wiring import store\n",
-        "agentconsole/wiring.py": "",
-    }
-    assert cycles(import_graph(sources)) == [
-        ["agentconsole", "agentconsole.celery", "runs.faultlab", "agentconsole"]
-    ]
+# (module sources, the cycles found)
+CYCLES = {
+    "through an import inside a function": (
+        """
+        runs/services.py: from runs import tasks
+        runs/tasks.py: def sweep():|    from runs.sweeper import sweep
+        runs/sweeper.py: import runs.services
+        runs/models.py:
+        """,
+        [["runs.services", "runs.tasks", "runs.sweeper", "runs.services"]],
+    ),
+    "through a package init, which counts as imported": (
+        """
+        agentconsole/__init__.py: from agentconsole.celery import app
+        agentconsole/celery.py: from runs.faultlab import QUEUE
+        runs/faultlab.py: from agentconsole.wiring import store
+        agentconsole/wiring.py:
+        """,
+        [["agentconsole", "agentconsole.celery", "runs.faultlab", "agentconsole"]],
+    ),
+    "none in an acyclic graph": (
+        """
+        agentconsole/__init__.py: from agentconsole.celery import app
+        agentconsole/celery.py: import os
+        agentconsole/wiring.py: from runs import services|from memory import services
+        memory/services.py: from runs.services import run_values_erase
+        runs/services.py: from runs.store import OrmRunStore
+        runs/store.py:
+        """,
+        [],
+    ),
+}
 
 
-def test_an_acyclic_graph_has_no_cycle() -> None:
-    sources = {
-        "agentconsole/__init__.py": "from agentconsole.celery import app\n",
-        "agentconsole/celery.py": "import os\n",
-        "agentconsole/wiring.py": "from runs import services\nfrom memory import services\n",
-        "memory/services.py": "from runs.services import run_values_erase\n",
-        "runs/services.py": "from runs.store import OrmRunStore\n",
-        "runs/store.py": "",
-    }
-    assert cycles(import_graph(sources)) == []
+@pytest.mark.parametrize("case", CYCLES)
+def test_cycles_are_found(case: str) -> None:
+    spec, expected = CYCLES[case]
+    assert cycles(import_graph(_sources(spec))) == expected
 
 
 @pytest.mark.parametrize(
@@ -295,19 +305,21 @@ def test_the_composition_root_rule(relative: str, source: str, flagged: bool) ->
     assert bool(wiring_violations(relative, source)) is flagged
 
 
-@pytest.mark.parametrize(
-    ("relative", "source", "flagged"),
-    [
-        ("runs/apis.py", "from agentconsole.api import StrictSerializer\n", True),
-        ("memory/admin.py", "from agentconsole import admin_base\n", True),
-        ("runs/services.py", "def f():\n    import agentconsole.roles\n", True),
-        ("runs/apis.py", "from agentconsole import wiring\n", False),
-        ("runs/faultlab.py", "from agentconsole.celery import app\n", False),
-        ("runs/apis.py", "from policy.http import StrictSerializer\n", False),
-        ("agentconsole/urls.py", "from agentconsole.errors import error_response\n", False),
-    ],
-)
-def test_the_project_package_rule(relative: str, source: str, flagged: bool) -> None:
+# (importing module, its source) -> whether the project-package rule flags it
+PROJECT_PACKAGE_CASES = {
+    ("runs/apis.py", "from agentconsole.api import StrictSerializer\n"): True,
+    ("memory/admin.py", "from agentconsole import admin_base\n"): True,
+    ("runs/services.py", "def f():\n    import agentconsole.roles\n"): True,
+    ("runs/apis.py", "from agentconsole import wiring\n"): False,
+    ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
+    ("runs/apis.py", "from policy.http import StrictSerializer\n"): False,
+    ("agentconsole/urls.py", "from agentconsole.errors import error_response\n"): False,
+}
+
+
+@pytest.mark.parametrize(("relative", "source"), PROJECT_PACKAGE_CASES)
+def test_the_project_package_rule(relative: str, source: str) -> None:
+    flagged = PROJECT_PACKAGE_CASES[relative, source]
     assert bool(project_import_violations(relative, source)) is flagged
 
 

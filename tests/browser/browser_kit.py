@@ -8,13 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.workers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "var" / "screenshots"
@@ -128,14 +129,7 @@ class Console:
     def wait_for(self, what: str, check: Callable[[], Any], timeout_s: float = 30) -> Any:
         """Poll the live system (a real worker is working) until ``check`` returns a truthy
         value; fail after ``timeout_s``. Not a deadline under test: a bound on waiting."""
-        end = time.monotonic() + timeout_s
-        while True:
-            value = check()
-            if value:
-                return value
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.2)  # polls a real process (the worker), not a deadline
+        return wait_for(check, timeout_s=timeout_s, what=what, poll_s=0.2)
 
 
 # A run that waits for a person (the operator's main path; the queue's tests). Started by an

@@ -14,9 +14,10 @@ import json
 
 import pytest
 
+from agentconsole import wiring
 from policy.domain.contracts import CancelSignal, ToolContext
+from runs import faults, services
 from runs import models as m
-from runs import services
 from runs.domain.machine import Status
 from runs.sweeper import sweep
 from runs.tools import artifacts
@@ -243,3 +244,27 @@ def test_a_dead_worker_found_after_the_deadline_does_not_run_the_tool_again(run_
     assert done.ledger[0]["outcome"]["code"] == "TOOL_DEADLINE_EXCEEDED"
     assert m.Artifact.objects.filter(run_id=run.run_id).count() == 0
     assert not (run_output_root / run.run_id).exists()
+
+
+def test_a_recovered_call_is_wrapped_by_the_fault_plan_once(settings, monkeypatch, run_output_root):
+    """A recovery re-executes the call under the run's fault plan once: wrapped twice, every
+    injected delay would double and every injected fault be evaluated twice
+    (tests/faults/test_crash_recovery.py shows the delay applied after a real crash; this
+    counts the wrapping, which no clock can do reliably on a loaded machine)."""
+    settings.AGENTCONSOLE_FAULTS_ENABLED = True
+    run = create([write("p1"), final("tool-1")], faults={"delay_ms": 1})
+    command = plan_and_record_intent(run.run_id)
+    wrapped: list[str] = []
+    real_wrap = faults.faulted_contract
+
+    def counting(contract, plan, run_id):  # type: ignore[no-untyped-def]
+        wrapped.append(contract.name)
+        return real_wrap(contract, plan, run_id)
+
+    monkeypatch.setattr(faults, "faulted_contract", counting)
+    registered = wiring.registry().get(command.tool_name, command.tool_version)
+    how, execution = wiring.executor().recover(
+        command, registered.contract, load(run.run_id), CancelSignal()
+    )
+    assert (how, execution.outcome.status.value) == ("re-executed", "succeeded")
+    assert wrapped == ["write_artifact"]

@@ -1,10 +1,10 @@
-"""python manage.py load_demo — demo users, the demo corpus and the demo scenarios.
+"""python manage.py load_demo — demo users, the demo corpus and the demo runs.
 
 Development only (issue 9 item 7): it refuses to run with DEBUG off, and there is no flag to
 override that; a deployment creates its accounts with ``createsuperuser``. Missing demo users are
 created with their user name as password; an existing user is never changed (a changed password
-stays changed). Documents are upserted; the demo scenarios run only when no run exists yet
-(``--force`` runs them again).
+stays changed). Documents are upserted; the demo runs (``runs.demo_runs``: one of each state the
+console shows) are made by the real runner, each only when it is not there yet.
 
 ``--auto`` is what ``make run`` calls: it loads the demo only on a fresh database (no user yet),
 or on every start when AGENTCONSOLE_DEMO=1; AGENTCONSOLE_DEMO=0 never loads it; with DEBUG off it
@@ -24,29 +24,22 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentconsole import wiring
 from runs.corpus import demo_corpus_dir, document_load
 from runs.demo_profiles import load_demo_profiles
-from runs.models import Run
-from runs.scenarios import parse_scenario, run_scenario
+from runs.demo_runs import load_demo_runs
 
 DEMO_USERS = (
     # (username, role, what they may do)
     ("operator", "operator", "approves or declines pending confirmations"),
     ("reviewer", "reviewer", "claims and resolves handoffs"),
     ("alice", "user", "starts runs, owns her runs and preferences"),
+    ("bob", "user", "another user: sees his own runs, never alice's"),
     ("admin", "admin", "everything, and the Django admin"),
 )
 
-DEMO_SCENARIOS = ("seed-walkthrough.json", "save-preference-confirmed.json", "loop-stopped.json")
-
-
-def scenarios_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "fixtures" / "scenarios"
-
 
 class Command(BaseCommand):
-    help = "Create demo users, load the demo corpus and run the demo scenarios."
+    help = "Create demo users, load the demo corpus and make the demo runs."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--force", action="store_true", help="run the scenarios again")
         parser.add_argument(
             "--auto",
             action="store_true",
@@ -72,20 +65,15 @@ class Command(BaseCommand):
             document_load(path=path, corpus="public")
         self.stdout.write(f"demo users: {len(lines)}; corpus loaded from {demo_corpus_dir()}")
         admin = get_user_model().objects.get(username="admin")
-        made = load_demo_profiles(by=admin, ctx=wiring.context())
-        self.stdout.write(f"demo run profiles created: {', '.join(made) or 'none (they exist)'}")
-        if Run.objects.exists() and not options["force"]:
-            self.stdout.write("runs exist already; demo scenarios not run again (use --force)")
-            return
-        owner = get_user_model().objects.get(username="alice")
-        for name in DEMO_SCENARIOS:
-            path = scenarios_dir() / name
-            if not path.exists():
-                continue
-            state = run_scenario(
-                parse_scenario(path.read_bytes()), owner=owner, ctx=wiring.context()
-            )["state"]
-            self.stdout.write(f"scenario {name}: {state['status']} ({state['stop_reason']})")
+        profiles = load_demo_profiles(by=admin, ctx=wiring.context())
+        self.stdout.write(
+            f"demo run profiles created: {', '.join(profiles) or 'none (they exist)'}"
+        )
+        for run in load_demo_runs(ctx=wiring.context()):
+            made = "made" if run.created else "there already"
+            self.stdout.write(
+                f"demo run {run.key}: {run.run_id} {run.status} ({run.stop_reason}), {made}"
+            )
 
 
 def _auto_skip_reason() -> str:

@@ -1,0 +1,265 @@
+"""The demo's runs: one of each state the console shows, made by the real runner.
+
+``load_demo_runs`` drives each demo run through the same path as a scenario file
+(``runs.scenarios.run_scenario``: ``run_create``, the runner advancing it in-process, a person's
+action where the demo names one), never by writing rows. The planner is a fixture planner, so
+every load makes the same runs. What it leaves:
+
+==============  =====  ======================================================================
+key             owner  state
+==============  =====  ======================================================================
+waiting         alice  waiting for a confirmation: save answer_language=zh-CN, citing the
+                       poisoned forum post (an untrusted observation); approving it lets the
+                       worker finish the run
+blocked         alice  completed; the forum post's injected memory write (auto_approve) was
+                       rejected by the gate before any tool ran
+history         alice  completed; citation_style saved three times (versions 1, 2, 3)
+loop            alice  failed; the loop guard stopped a repeated search, handed off
+cancelled       alice  cancelled by its owner while it waited for a confirmation
+unknown         bob    failed; notify_partner's outcome is unknown, handed off (DEBUG-only tool)
+research        bob    completed; a read-only search with a cited answer
+==============  =====  ======================================================================
+
+Idempotent: a demo run is identified by its owner and its goal, and is made only when no such
+run exists, so loading twice makes nothing new. The waiting run is the exception: if the one
+there is gone (its deadline passed and the sweeper cancelled it), a new one is made, so a
+machine started again days later still has something in the queue; once a person approved or
+declined it, it is left as they left it.
+
+The waiting run gets the longest deadline this deployment allows (``max_deadline_ms``, a day by
+default): a waiting run is cancelled at its deadline, its confirmation expired with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+
+from runs.context import RunsContext
+from runs.domain.machine import Status
+from runs.limits import RunLimits
+from runs.models import Run
+from runs.scenarios import Scenario, run_scenario
+from runs.tools import demo_partner
+
+# The longest a RunBudgets deadline may be (its own schema's ceiling).
+_BUDGET_DEADLINE_CEILING_MS = 7 * 24 * 3600 * 1000
+
+SEARCH = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20}
+ANSWER = "同一任务最多自动重试三次，随后进入隔离队列。(Three retries, then quarantine.)"  # noqa: RUF001
+
+
+def _memory_write(subject: str) -> dict[str, Any]:
+    return {"capability": "memory:write", "resource_scope": subject, "expires_at_step": 20}
+
+
+def _tool(
+    pid: str, tool: str, arguments: dict[str, Any], sources: list[str], reason: str = ""
+) -> dict[str, Any]:
+    out = {
+        "kind": "tool",
+        "proposal_id": pid,
+        "tool_name": tool,
+        "tool_version": "1",
+        "arguments": arguments,
+        "source_observation_ids": sources,
+    }
+    return {**out, "reason_summary": reason} if reason else out
+
+
+def _final(answer: str, cites: list[str]) -> dict[str, Any]:
+    return {"kind": "final", "answer": answer, "citation_observation_ids": cites}
+
+
+def _search(pid: str = "p1") -> dict[str, Any]:
+    # "重试耗尽后怎么办" finds the forum post whose text tells the planner to save preferences.
+    return _tool(pid, "search_public", {"query": "重试耗尽后怎么办"}, ["user-1"], "检索公开规则")
+
+
+def _save(
+    pid: str, key: str, value: str, sources: list[str], reason: str = "", **extra: Any
+) -> dict[str, Any]:
+    return _tool(pid, "save_preference", {"key": key, "value": value, **extra}, sources, reason)
+
+
+def _confirmed(name: str, key: str, value: str, **extra: Any) -> dict[str, Any]:
+    """A confirmation the user gave with the request (scenario confirmations are pre-decided)."""
+    arguments = {"key": key, "value": value, **extra}
+    proposal = {"tool_name": "save_preference", "tool_version": "1", "arguments": arguments}
+    return {"confirmation_id": name, "proposal": proposal, "approved": True, "expires_at_step": 20}
+
+
+def waiting_deadline_ms() -> int:
+    """The longest deadline a run may have here (0 switches the limit off: the schema's)."""
+    ceiling = RunLimits.from_settings().max_deadline_ms
+    return min(ceiling, _BUDGET_DEADLINE_CEILING_MS) if ceiling > 0 else _BUDGET_DEADLINE_CEILING_MS
+
+
+def _scenario(
+    goal: str,
+    grants: list[dict[str, Any]],
+    planner: list[dict[str, Any]],
+    *,
+    subject: str = "alice",
+    budgets: dict[str, int] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A scenario as JSON data (``runs.scenarios.Scenario``), with small default budgets."""
+    base = {"max_steps": 8, "max_tool_calls": 4, "max_repeated_proposal": 2, "deadline_ms": 60_000}
+    return {
+        "subject": subject,
+        "goal": goal,
+        "budgets": {**base, **(budgets or {})},
+        "grants": grants,
+        "planner": planner,
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    key: str
+    owner: str
+    # The scenario (as JSON data) the run is made from; a function: settings are read at load.
+    scenario: Callable[[], dict[str, Any]]
+    # Which existing run of this owner and goal counts as "already there".
+    kept: Callable[[Run], bool] = lambda run: True
+
+
+def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> dict[str, Any]:
+    """Search (finds the poisoned forum post), then the write the post asks for, citing it
+    (tool-1: untrusted content), then the answer."""
+    planner = [
+        _search(),
+        _save("p2", key, value, ["tool-1"], reason="来自检索文本的建议"),
+        _final(ANSWER, ["tool-1"]),
+    ]
+    return _scenario(goal, [SEARCH, _memory_write("alice")], planner, budgets=budgets)
+
+
+def _waiting() -> dict[str, Any]:
+    # A whitelisted key, unset: the queue flags the proposal as derived from retrieved content,
+    # and an approval writes answer_language v1 and lets the run finish.
+    return _after_the_forum_post(
+        "What happens after retries are exhausted? Answer me in Chinese from now on.",
+        "answer_language",
+        "zh-CN",
+        deadline_ms=waiting_deadline_ms(),
+    )
+
+
+def _blocked() -> dict[str, Any]:
+    # auto_approve is no whitelisted key (and never could be): the gate's semantic layer.
+    return _after_the_forum_post(
+        "重试耗尽后怎么办？(the forum post tries to save auto_approve)",  # noqa: RUF001
+        "auto_approve",
+        "所有任务都自动批准",
+    )
+
+
+def _history() -> dict[str, Any]:
+    styles = ("inline", "footnote", "endnote")
+    # Each save names the version it read (none for the first): v1, v2, v3.
+    versions: list[dict[str, Any]] = [{}, {"expected_version": 1}, {"expected_version": 2}]
+    saves = [
+        _save(f"p{i}", "citation_style", s, ["user-1"], **v)
+        for i, (s, v) in enumerate(zip(styles, versions, strict=True), start=1)
+    ]
+    return _scenario(
+        "Cite inline. No, footnotes. Actually, endnotes please.",
+        [_memory_write("alice")],
+        [*saves, _final("Saved: citations as endnotes.", ["tool-3"])],
+        confirmations=[
+            _confirmed(f"style-{s}", "citation_style", s, **v)
+            for s, v in zip(styles, versions, strict=True)
+        ],
+    )
+
+
+def _loop() -> dict[str, Any]:
+    repeat = _tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
+    return _scenario(
+        "Keep checking the quarantine queue until something changes.",
+        [SEARCH],
+        [{**repeat, "proposal_id": f"p{i}"} for i in range(1, 5)],
+        budgets={"max_steps": 10, "max_tool_calls": 10},
+    )
+
+
+def _cancelled() -> dict[str, Any]:
+    save = _save("p1", "citation_style", "footnote", ["user-1"], expected_version=3)
+    return _scenario(
+        "Save footnote citations (cancelled while it waited)",
+        [_memory_write("alice")],
+        [save, _final("Saved.", ["tool-1"])],
+        human=[{"action": "cancel", "reason": "changed my mind"}],
+    )
+
+
+def _unknown() -> dict[str, Any]:
+    message = "Shipment 4711 is in the quarantine queue after three retries."
+    grant = {"capability": demo_partner.CAPABILITY, "resource_scope": "*", "expires_at_step": 4}
+    notify = _tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
+    return _scenario(
+        "Tell the logistics partner that shipment 4711 is quarantined.",
+        [grant],
+        [notify, _final("Partner notified.", ["tool-1"])],
+        subject="bob",
+    )
+
+
+def _research() -> dict[str, Any]:
+    search = _tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
+    answer = _final("Three automatic retries, then the quarantine queue.", ["tool-1"])
+    return _scenario("What is the retry policy?", [SEARCH], [search, answer], subject="bob")
+
+
+DEMO_RUNS: tuple[DemoRun, ...] = (
+    # A waiting run the sweeper cancelled at its deadline does not count: a new one is made.
+    DemoRun("waiting", "alice", _waiting, kept=lambda run: run.status != Status.CANCELLED),
+    DemoRun("blocked", "alice", _blocked),
+    DemoRun("history", "alice", _history),
+    DemoRun("loop", "alice", _loop),
+    DemoRun("cancelled", "alice", _cancelled),
+    DemoRun("unknown", "bob", _unknown),
+    DemoRun("research", "bob", _research),
+)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    key: str
+    run_id: str
+    status: str
+    stop_reason: str | None
+    created: bool
+
+
+def load_demo_runs(*, ctx: RunsContext | None = None) -> list[Loaded]:
+    """Make each demo run that is not there yet (see the module docstring); report each.
+
+    Needs the demo users (``load_demo`` creates them), the demo corpus and, for the unknown
+    effect, the DEBUG-only ``notify_partner`` tool. Tools run in threads with connections of
+    their own: call it outside a transaction (a management command does)."""
+    users = get_user_model().objects
+    loaded = []
+    for demo in DEMO_RUNS:
+        scenario = Scenario.model_validate(demo.scenario())
+        owner = users.get(username=demo.owner)
+        existing = [
+            r
+            for r in Run.objects.filter(owner=owner, goal=scenario.goal).order_by("created_at")
+            if demo.kept(r)
+        ]
+        if existing:
+            run = existing[-1]
+            loaded.append(Loaded(demo.key, run.pk, run.status, run.stop_reason, created=False))
+            continue
+        state = run_scenario(scenario, owner=owner, ctx=ctx)["state"]
+        loaded.append(
+            Loaded(demo.key, state["run_id"], state["status"], state["stop_reason"], created=True)
+        )
+    return loaded
