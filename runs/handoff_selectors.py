@@ -111,6 +111,10 @@ class Effect:
     outcome: str  # pretty JSON, for reading
     verification: str
 
+    @property
+    def settled(self) -> bool:
+        return self.status_now is not None and self.status_now not in UNSETTLED_EFFECTS
+
 
 @dataclass(frozen=True)
 class Resolution:
@@ -118,7 +122,7 @@ class Resolution:
     by: str
     reason: str
     at: datetime | None
-    details: dict[str, Any]
+    details: list[tuple[str, str]]  # what the command found or did, for reading
 
 
 @dataclass(frozen=True)
@@ -265,5 +269,5 @@ def _resolution(handoff: m.Handoff) -> Resolution:
         by=str(details.get("by", "")),
         reason=str(details.get("reason", "")),
         at=handoff.resolved_at,
-        details={k: v for k, v in result.items() if k != "action"},
+        details=[(k.replace("_", " "), str(v)) for k, v in result.items() if k != "action"],
     )

@@ -25,6 +25,7 @@ from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.handoff import (
+    EFFECT_ACTIONS,
     RESOLUTION_ACTIONS,
     HandoffStatus,
     resolution_refusal,
@@ -112,6 +113,9 @@ def handoff_resolve_as(
         user_id=user.pk,
         user_is_admin=user_is_admin,
     )
+    # Checked before the resolve, not inside it: a claimed handoff never changes hands (a claim
+    # is only taken from "open"), so the claimant read here is the claimant at the resolve.
+    # An unclaimed handoff is left to handoff_resolve, which says HANDOFF_NOT_CLAIMED.
     if refusal == "PERMISSION_DENIED":
         holder = handoff.assignee.get_username() if handoff.assignee else "another reviewer"
         raise HandoffNotYours(
@@ -155,7 +159,7 @@ def handoff_resolve(
     store = ctx.store()
     result: dict[str, Any] = {"action": action}
     new_status = None
-    if action in ("retry_same_token", "mark_effect_present", "mark_effect_absent", "compensate"):
+    if action in EFFECT_ACTIONS:
         if row is None:  # resolution_refusal refused this already; mypy does not know
             raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
         new_status, outcome = _effect_action(

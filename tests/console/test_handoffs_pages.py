@@ -460,3 +460,5 @@ def test_unknown_effect_is_highlighted_with_its_token(people: People, settings: 
     body = text(people.client("reviewer").get(f"/handoffs/{handed.handoff_id}/"))
     assert "Resolved by reviewer: mark_effect_present" in body
     assert ">reconciled</span>" in body  # reconciliation status now
+    assert "handoff-effect-settled" in body
+    assert '<dt>ledger status</dt><dd class="mono">reconciled</dd>' in body
