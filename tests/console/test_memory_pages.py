@@ -401,9 +401,9 @@ def test_erase_with_the_wrong_text_erases_nothing(as_user: Any) -> None:
     seed("alice", LANG, "de")
     alice = as_user("alice")
     for typed in ("", "erase", "Alice", "alice "):
-        assert_code(
-            alice.post("/preferences/erase/", {"typed": typed}), 400, "ERASE_CONFIRMATION_MISMATCH"
-        )
+        response = alice.post("/preferences/erase/", {"typed": typed})
+        assert_code(response, 400, "ERASE_CONFIRMATION_MISMATCH")
+        assert "Type your user name" in response.content.decode()  # to try again, right there
     assert PreferenceRecord.objects.get().value == "de"
     assert PreferenceHistory.objects.get().value == "de"
 
