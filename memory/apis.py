@@ -59,7 +59,10 @@ class PreferenceList(APIView):
 class ChangeIn(StrictSerializer):
     key = serializers.CharField(max_length=64)
     value = serializers.CharField(max_length=512)
-    expected_version = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    # The version column is a PositiveIntegerField: beyond its range is bad input, not a 500.
+    expected_version = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, required=False, allow_null=True
+    )
 
 
 class ChangePropose(APIView):

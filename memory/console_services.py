@@ -25,7 +25,7 @@ def preference_cancel_edit(*, change_id: int, subject: str) -> None:
         return
     if not changes.exists():
         raise NotFound("no such change", change_id=change_id)
-    raise MemoryError("this change was already decided", code="CHANGE_NOT_PENDING")
+    raise MemoryError("This change was already decided.", code="CHANGE_NOT_PENDING")
 
 
 def preferences_erase_confirmed(
@@ -35,7 +35,7 @@ def preferences_erase_confirmed(
     text is ERASE_CONFIRMATION_MISMATCH and nothing is touched."""
     if typed != by.get_username():
         raise MemoryError(
-            "type your user name exactly to erase your preferences",
+            "Type your user name exactly to erase your preferences.",
             code="ERASE_CONFIRMATION_MISMATCH",
         )
     return preferences_erase(subject=subject, by=by, ctx=ctx)
@@ -51,7 +51,7 @@ def memory_admin_revoke(
         raise NotFound("no active preference with this key", key=key)
     reason = reason.strip()
     if not reason:
-        raise MemoryError("say why the preference is revoked", code="MEMORY_REASON_REQUIRED")
+        raise MemoryError("Say why the preference is revoked.", code="MEMORY_REASON_REQUIRED")
     return preference_revoke_record(
         subject=subject, key=key, by=by, reason=reason, expected_version=expected_version
     )

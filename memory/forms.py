@@ -11,13 +11,15 @@ from typing import Any
 from django import forms
 
 HASH = r"^[0-9a-f]{64}$"
+# Versions are PositiveIntegerField: a larger number is bad input, not a database error.
+MAX_VERSION = 2**31 - 1
 
 
 class ProposeForm(forms.Form):
     key = forms.CharField(max_length=64)
     value = forms.CharField(max_length=512, strip=False)
     # Empty: the key has no value yet (or a revoked one); otherwise the version the user read.
-    expected_version = forms.IntegerField(min_value=0, required=False)
+    expected_version = forms.IntegerField(min_value=0, max_value=MAX_VERSION, required=False)
 
 
 class ConfirmForm(forms.Form):
@@ -26,7 +28,7 @@ class ConfirmForm(forms.Form):
 
 class RevokeForm(forms.Form):
     reason = forms.CharField(max_length=256, required=False)
-    expected_version = forms.IntegerField(min_value=1)
+    expected_version = forms.IntegerField(min_value=1, max_value=MAX_VERSION)
 
     def reason_or_default(self) -> str:
         return self.cleaned_data["reason"] or "revoked by the subject"
@@ -34,7 +36,7 @@ class RevokeForm(forms.Form):
 
 class AdminRevokeForm(forms.Form):
     reason = forms.CharField(max_length=256)
-    expected_version = forms.IntegerField(min_value=1)
+    expected_version = forms.IntegerField(min_value=1, max_value=MAX_VERSION)
 
 
 class EraseForm(forms.Form):

@@ -148,16 +148,22 @@ def preferences_export(request: HttpRequest) -> HttpResponse:
 def preferences_erase(request: HttpRequest) -> HttpResponse:
     """GET: what erasing does, and the typed confirmation; POST: erase if the text matches."""
     if request.method == "GET":
-        return render(request, "console/memory/erase.html", {"form": EraseForm()})
+        return render(request, "console/memory/erase.html")
     form = EraseForm(request.POST)
     if not form.is_valid():
         return _bad_form(request, form)
-    erased = console_services.preferences_erase_confirmed(
-        subject=_subject(request),
-        by=request.user,
-        typed=form.cleaned_data["typed"],
-        ctx=wiring.context(),
-    )
+    try:
+        erased = console_services.preferences_erase_confirmed(
+            subject=_subject(request),
+            by=request.user,
+            typed=form.cleaned_data["typed"],
+            ctx=wiring.context(),
+        )
+    except services.MemoryError as exc:
+        if exc.code != "ERASE_CONFIRMATION_MISMATCH":
+            raise
+        # The same page again, with the code, so the user can simply type it right.
+        return render(request, "console/memory/erase.html", {"error": exc}, status=400)
     messages.success(request, f"Erased {erased} preference(s) and every copy of their values.")
     return redirect(PREFERENCES)
 

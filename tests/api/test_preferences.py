@@ -164,6 +164,9 @@ def test_apply_needs_the_hash_that_was_shown_and_works_once(people: kit.People) 
         ({"key": "answer_language", "value": "en", "expected_version": -1}, kit.VALIDATION_ERROR),
         ({"key": "answer_language", "value": "en", "expected_version": "one"},
          kit.VALIDATION_ERROR),
+        # Beyond the version column's range: bad input, not a database error (was a 500).
+        ({"key": "answer_language", "value": "en", "expected_version": 10**20},
+         kit.VALIDATION_ERROR),
         ({"key": "answer_language", "value": ["en"]}, kit.VALIDATION_ERROR),
         ({"key": "answer_language", "value": "en", "subject": "bob"}, kit.VALIDATION_ERROR),
     ],

@@ -139,7 +139,7 @@ def test_user_edits_through_confirmation_meets_a_conflict_chooses_revokes_and_ex
     page.get_by_role("button", name="Erase everything").click()
     assert "ERASE_CONFIRMATION_MISMATCH" in page.get_by_role("alert").inner_text()
     assert api.get("/api/preferences/") != []
-    page.go_back()
+    check_page(page, "preferences-erase-refused")
     page.get_by_label(re.compile("Type your user name")).fill("paula")
     page.get_by_role("button", name="Erase everything").click()
     page.wait_for_url(re.compile(r"/preferences/$"))

@@ -310,6 +310,38 @@ def test_posts_only_where_a_post_is_meant(as_user: Any) -> None:
     assert alice.post("/preferences/").status_code == 405
 
 
+HUGE = 10**20
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "data", "status"),
+    [
+        ("alice", "get", f"/preferences/changes/{HUGE}/", None, 404),
+        ("alice", "post", f"/preferences/changes/{HUGE}/confirm/",
+         {"proposal_hash": "0" * 64}, 404),
+        ("alice", "post", f"/preferences/changes/{HUGE}/cancel/", None, 404),
+        ("alice", "post", "/preferences/propose/",
+         {"key": LANG, "value": "en", "expected_version": HUGE}, 400),
+        ("alice", "post", "/preferences/propose/", {"key": LANG, "value": "en\x00"}, 400),
+        ("alice", "post", f"/preferences/{LANG}/revoke/", {"expected_version": HUGE}, 400),
+        ("alice", "get", "/preferences/" + "k" * 300 + "/revoke/", None, 404),
+        ("operator", "post", f"/memory/alice/{LANG}/revoke/",
+         {"reason": "x", "expected_version": HUGE}, 400),
+        ("operator", "get", "/memory/", {"subject": "a" * 300}, 400),
+        ("operator", "get", "/memory/" + "s" * 300 + "/" + "k" * 300 + "/", None, 404),
+    ],
+)  # fmt: skip
+def test_odd_input_is_a_4xx_page_never_a_500(
+    as_user: Any, who: str, method: str, path: str, data: Any, status: int
+) -> None:
+    seed("alice", LANG, "de")
+    response = getattr(as_user(who), method)(path, data or {})
+    assert response.status_code == status
+    record = PreferenceRecord.objects.get()
+    assert (record.value, record.version, record.revoked_at) == ("de", 1, None)
+    assert not PreferenceChange.objects.exists()
+
+
 # ---- revoke, export, erase
 
 
@@ -369,9 +401,9 @@ def test_erase_with_the_wrong_text_erases_nothing(as_user: Any) -> None:
     seed("alice", LANG, "de")
     alice = as_user("alice")
     for typed in ("", "erase", "Alice", "alice "):
-        assert_code(
-            alice.post("/preferences/erase/", {"typed": typed}), 400, "ERASE_CONFIRMATION_MISMATCH"
-        )
+        response = alice.post("/preferences/erase/", {"typed": typed})
+        assert_code(response, 400, "ERASE_CONFIRMATION_MISMATCH")
+        assert "Type your user name" in response.content.decode()  # to try again, right there
     assert PreferenceRecord.objects.get().value == "de"
     assert PreferenceHistory.objects.get().value == "de"
 
