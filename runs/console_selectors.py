@@ -194,10 +194,13 @@ class RunDetail:
 def budgets_of(run: m.Run, now_ms: int) -> list[Budget]:
     """Steps, tool calls and time, each with its numbers written out."""
     total_ms = int((run.budgets or {}).get("deadline_ms") or 0)
-    left_ms = max(0, run.deadline_ms - now_ms)
     if run.status in FINISHED:
-        time_text = "finished"
+        # The run's last write is its stop: the time it took, near enough.
+        used_ms = int((run.updated_at - run.created_at).total_seconds() * 1000)
+        left_ms = max(0, total_ms - used_ms)
+        time_text = f"finished after {used_ms / 1000:.1f} s of {total_ms // 1000} s"
     else:
+        left_ms = max(0, run.deadline_ms - now_ms)
         time_text = f"{left_ms // 1000} s left of {total_ms // 1000} s"
     return [
         Budget("Steps", run.step, run.max_steps, f"{run.step} of {run.max_steps}"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from django.db.models import Q
+
 from memory.models import PreferenceRecord
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
@@ -88,9 +90,12 @@ def run_observations(*, run_id: str) -> tuple[int, Any]:
 
 
 def runs_visible(*, user: Any) -> Any:
-    """Runs a user may see: operators, reviewers and admins all; a user their own."""
+    """Runs a user may see: operators, reviewers and admins all; a user their own and the runs
+    started for them (subject = their name) by someone else (issue 11 item 7)."""
     qs = m.Run.objects.all()
-    return qs if sees_all_runs(user) else qs.filter(owner=user)
+    if sees_all_runs(user):
+        return qs
+    return qs.filter(Q(owner=user) | Q(subject=user.get_username()))
 
 
 def access_run(*, user: Any, run_id: str) -> m.Run:

@@ -194,7 +194,7 @@
       var key = step.getAttribute("data-step-group");
       var mine = trace.querySelectorAll(".trace-step[data-step-group='" + key + "'] > h3");
       var title = step.querySelector("h3");
-      if (mine.length === 1 && title) mine[0].textContent = title.textContent;
+      if (mine.length === 1 && title) mine[0].replaceWith(document.importNode(title, true));
     });
     if (finished()) setLive(socket ? "live · run finished" : "run finished");
   }
