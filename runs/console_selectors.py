@@ -88,8 +88,9 @@ def runs_page(
         qs = qs.filter(subject=subject)
     if text:
         qs = qs.filter(goal__icontains=text)
+    # count(*), not count(id): PostgreSQL answers it from the status index alone (index-only).
     counts = dict(
-        qs.order_by().values_list("status").annotate(n=Count("id")).values_list("status", "n")
+        qs.order_by().values_list("status").annotate(n=Count("*")).values_list("status", "n")
     )
     if status:
         qs = qs.filter(status=status)

@@ -304,6 +304,15 @@ def test_the_owner_cancels_their_run(alice: Any) -> None:
     assert "Cancel run</button>" not in after
 
 
+def test_a_cancel_reason_with_markup_shows_as_text_in_the_trace(alice: Any) -> None:
+    run_id = created_run(alice)
+    client = client_for(alice)
+    client.post(f"/runs/{run_id}/cancel/", {"reason": "<script>alert(1)</script>"})
+    page = client.get(f"/runs/{run_id}/").content.decode()
+    assert "reason=&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert" not in page
+
+
 def test_cancel_without_the_csrf_token_is_refused_and_changes_nothing(alice: Any) -> None:
     run_id = created_run(alice)
     response = client_for(alice, csrf=True).post(f"/runs/{run_id}/cancel/", {"reason": "x"})
