@@ -89,8 +89,17 @@ def test_the_run_page_follows_the_run_live_and_resumes_after_a_dropped_socket(
     assert page.evaluate("() => window.__sockets[1].url").endswith(f"/trace/?after={last}")
     page.wait_for_selector("[data-trace-live]:has-text('live')")
 
-    # The worker finishes the run after the approval; the page follows without a reload.
+    # The worker finishes the run after the approval; the page follows without a reload. The
+    # socket is dropped again as the events start to flow: the page resumes from whatever it
+    # had (no message is delivered to a closing socket, so "after" is exactly that).
     _approve(console, run)
+    dropped_at = page.evaluate(
+        "() => { const seqs = [...document.querySelectorAll('[data-trace] [data-seq]')];"
+        " window.__sockets[window.__sockets.length - 1].ws.close();"
+        " return +seqs[seqs.length - 1].dataset.seq; }"
+    )
+    page.wait_for_function("() => window.__sockets.length === 3")
+    assert page.evaluate("() => window.__sockets[2].url").endswith(f"/trace/?after={dropped_at}")
     page.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)
     page.wait_for_selector("[data-trace] [data-event='run.stopped']")
     assert page.evaluate("() => window.__notReloaded === true")
