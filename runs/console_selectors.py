@@ -2,7 +2,8 @@
 pagination and counts, and everything the run detail shows, each in a fixed number of queries.
 
 Visibility is the API's rule (``runs.selectors.runs_visible`` / ``access_run``): a user sees
-their own runs, operators, reviewers and admins all; a foreign run is NOT_FOUND.
+their own runs and those started for them (subject = their name); operators, reviewers and admins
+see all; a foreign run is NOT_FOUND.
 """
 
 from __future__ import annotations
