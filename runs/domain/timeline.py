@@ -16,6 +16,7 @@ Plain Python: the details are controlled summaries (runs.domain.trace), never co
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,14 @@ class Entry:
     tone: Tone
     summary: str
     details: Mapping[str, Any]
+
+    @property
+    def details_text(self) -> str:
+        """The details as ``key=value`` words (strings as they are, anything else as JSON)."""
+        return " ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in self.details.items()
+        )
 
 
 @dataclass

@@ -134,15 +134,11 @@
     var details = ev.details || {};
     var keys = Object.keys(details);
     if (keys.length) {
-      var box = el("span", "trace-details mono");
-      keys.forEach(function (k) {
+      // key=value words, as Entry.details_text: strings as they are, anything else as JSON.
+      li.appendChild(el("span", "trace-details mono", keys.map(function (k) {
         var value = details[k];
-        var text = value === null ? "None" : typeof value === "boolean" ? (value ? "True" : "False")
-          : Array.isArray(value) ? JSON.stringify(value) : String(value);
-        box.appendChild(el("span", "", k + "=" + text));
-        box.appendChild(document.createTextNode(" "));
-      });
-      li.appendChild(box);
+        return k + "=" + (typeof value === "string" ? value : JSON.stringify(value));
+      }).join(" ")));
     }
     group.querySelector(".trace-events").appendChild(li);
     last = ev.sequence;
@@ -194,7 +190,7 @@
       var key = step.getAttribute("data-step-group");
       var mine = trace.querySelectorAll(".trace-step[data-step-group='" + key + "'] > h3");
       var title = step.querySelector("h3");
-      if (mine.length === 1 && title) mine[0].textContent = title.textContent;
+      if (mine.length === 1 && title) mine[0].replaceWith(document.importNode(title, true));
     });
     if (finished()) setLive(socket ? "live · run finished" : "run finished");
   }

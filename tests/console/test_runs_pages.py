@@ -95,6 +95,15 @@ def test_a_user_lists_only_their_own_runs_an_operator_every_run(alice: Any, bob:
     assert sorted(listed(client_for(operator).get("/runs/"))) == sorted(mine + theirs)
 
 
+def test_a_run_started_for_a_user_by_someone_else_is_theirs_to_see(alice: Any, bob: Any) -> None:
+    admin = make_user("admin", "admin")
+    run_id = created_run(admin, subject="alice")
+    assert listed(client_for(alice).get("/runs/")) == [run_id]
+    assert client_for(alice).get(f"/runs/{run_id}/").status_code == 200
+    assert listed(client_for(bob).get("/runs/")) == []
+    assert client_for(bob).get(f"/runs/{run_id}/").status_code == 404
+
+
 def test_status_subject_and_goal_filters_and_counts_by_status(alice: Any, bob: Any) -> None:
     done = bulk_runs(alice, 2, status="completed", goal="retry policy")
     failed = bulk_runs(alice, 1, status="failed", goal="quarantine queue")
@@ -293,6 +302,15 @@ def test_the_owner_cancels_their_run(alice: Any) -> None:
     after = client.get(f"/runs/{run_id}/").content.decode()
     assert "Cancel requested" in after
     assert "Cancel run</button>" not in after
+
+
+def test_a_cancel_reason_with_markup_shows_as_text_in_the_trace(alice: Any) -> None:
+    run_id = created_run(alice)
+    client = client_for(alice)
+    client.post(f"/runs/{run_id}/cancel/", {"reason": "<script>alert(1)</script>"})
+    page = client.get(f"/runs/{run_id}/").content.decode()
+    assert "reason=&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script>alert" not in page
 
 
 def test_cancel_without_the_csrf_token_is_refused_and_changes_nothing(alice: Any) -> None:

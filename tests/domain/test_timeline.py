@@ -158,3 +158,14 @@ def test_summaries_carry_only_detail_words_and_the_event_type_is_kept() -> None:
     assert entry.tone is Tone.BAD
     # Plain text: the template escapes it (never marked safe).
     assert entry.summary == "Confirmation declined by <b>x</b>"
+
+
+def test_details_read_as_key_value_words_strings_as_they_are_the_rest_as_json() -> None:
+    entry = describe(
+        {
+            "sequence": 1,
+            "event": "final.validated",
+            "details": {"citations": ["tool-1"], "by": "alice", "n": 2, "ok": True, "x": None},
+        }
+    )
+    assert entry.details_text == 'citations=["tool-1"] by=alice n=2 ok=true x=null'

@@ -1,0 +1,215 @@
+"""The runs pages in a real browser on the live stack (daphne + a real worker):
+
+- a run's page follows the run live, without a reload, while the worker advances it;
+- after its socket is dropped the page reconnects after the last sequence it saw, and the
+  timeline ends up with every event once, in order (compared with the API's trace);
+- with no WebSocket at all the page polls and still follows the run;
+- untrusted text with ``<script>`` in an observation shows as text (no dialog, no element);
+- a user cannot open another user's run, nor the operator's queue (404).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.browser.browser_kit import DESKTOP, PHONE, Console, login, shot
+from tests.browser.test_approve_live import GRANTS, PLANNER, waiting_run
+
+pytestmark = pytest.mark.browser
+
+# Records every WebSocket the page opens (its URL and the socket), so the test can drop one
+# and read where the next one resumed. Test-side only: the page has no hook for this.
+RECORD_SOCKETS = """(() => {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  function Recorded(url, protocols) {
+    const ws = protocols === undefined ? new Native(url) : new Native(url, protocols);
+    window.__sockets.push({ url: String(url), ws: ws });
+    return ws;
+  }
+  Recorded.prototype = Native.prototype;
+  Object.assign(Recorded, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+  window.WebSocket = Recorded;
+})();"""
+NO_SOCKETS = "window.WebSocket = undefined;"
+SEQUENCES_JS = (
+    "() => [...document.querySelectorAll('[data-trace] [data-seq]')].map(e => +e.dataset.seq)"
+)
+
+
+def _page_with(new_page: Callable[..., Any], script: str) -> Any:
+    page = new_page(DESKTOP)
+    page.context.add_init_script(script)
+    return page
+
+
+def _api_sequences(console: Console, run_id: str) -> list[int]:
+    events = console.api("alice").get(f"/api/runs/{run_id}/events/?limit=200")["results"]
+    return [e["sequence"] for e in events]
+
+
+def _approve(console: Console, run: dict[str, Any]) -> None:
+    operator = console.api("operator")
+    confirmation_id = run["pending_confirmation_id"]
+    confirmation = operator.get(f"/api/confirmations/{confirmation_id}/")
+    status, body = operator.post(
+        f"/api/confirmations/{confirmation_id}/approve/",
+        {"proposal_hash": confirmation["proposal_hash"]},
+    )
+    assert status == 200, body
+
+
+def _timeline_matches_the_trace(page: Any, console: Console, run_id: str) -> None:
+    """Every event once, in order, nothing missing: the page's sequences are the API's."""
+    shown = page.evaluate(SEQUENCES_JS)
+    assert shown == _api_sequences(console, run_id)
+    assert shown == list(range(1, len(shown) + 1))
+
+
+def test_the_run_page_follows_the_run_live_and_resumes_after_a_dropped_socket(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    run = waiting_run(console, "Answer in Chinese (run detail live test)")
+    page = _page_with(new_page, RECORD_SOCKETS)
+    login(page, "alice")
+    page.goto(f"/runs/{run['run_id']}/")
+    page.evaluate("() => { window.__notReloaded = true; }")
+    page.wait_for_selector("[data-trace-live]:has-text('live')")
+    assert "waiting_confirmation" in page.locator("[data-run-status]").inner_text()
+    _timeline_matches_the_trace(page, console, run["run_id"])
+    shot(page, "run-detail-waiting")
+
+    # Drop the socket; the page reconnects after the last sequence it has.
+    last = page.evaluate(SEQUENCES_JS)[-1]
+    page.evaluate("() => window.__sockets[window.__sockets.length - 1].ws.close()")
+    page.wait_for_function("() => window.__sockets.length === 2")
+    assert page.evaluate("() => window.__sockets[1].url").endswith(f"/trace/?after={last}")
+    page.wait_for_selector("[data-trace-live]:has-text('live')")
+
+    # The worker finishes the run after the approval; the page follows without a reload. The
+    # socket is dropped again as the events start to flow: the page resumes from whatever it
+    # had (no message is delivered to a closing socket, so "after" is exactly that).
+    _approve(console, run)
+    dropped_at = page.evaluate(
+        "() => { const seqs = [...document.querySelectorAll('[data-trace] [data-seq]')];"
+        " window.__sockets[window.__sockets.length - 1].ws.close();"
+        " return +seqs[seqs.length - 1].dataset.seq; }"
+    )
+    page.wait_for_function("() => window.__sockets.length === 3")
+    assert page.evaluate("() => window.__sockets[2].url").endswith(f"/trace/?after={dropped_at}")
+    page.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)
+    page.wait_for_selector("[data-trace] [data-event='run.stopped']")
+    assert page.evaluate("() => window.__notReloaded === true")
+    timeline = page.locator("[data-trace]").inner_text()
+    for name in ("confirmation.decided", "tool.completed", "final.validated", "run.stopped"):
+        assert name in timeline
+    _timeline_matches_the_trace(page, console, run["run_id"])
+    final = console.api("alice").get(f"/api/runs/{run['run_id']}/")
+    page.wait_for_selector(f"[data-run-version]:has-text('{final['version']}')")
+    budgets = page.locator("[data-live-section='budgets']").inner_text()
+    assert f"{final['step']} of {final['max_steps']}" in budgets
+    assert f"{final['tool_calls']} of {final['max_tool_calls']}" in budgets
+    page.wait_for_selector("[data-citation='tool-1']")
+    assert page.locator("#obs-tool-1").count() == 1
+    shot(page, "run-detail-live")
+
+
+def test_without_websockets_the_page_polls_and_still_follows_the_run(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    run = waiting_run(console, "Answer in Chinese (polling test)")
+    page = _page_with(new_page, NO_SOCKETS)
+    login(page, "alice")
+    page.goto(f"/runs/{run['run_id']}/")
+    page.wait_for_selector("[data-trace-live]:has-text('polling')")
+    _approve(console, run)
+    page.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)
+    page.wait_for_selector("[data-trace] [data-event='run.stopped']")
+    _timeline_matches_the_trace(page, console, run["run_id"])
+
+
+SCRIPT_DOCUMENT = (
+    "from pathlib import Path; import tempfile; from runs.corpus import document_load; "
+    "p = Path(tempfile.mkdtemp()) / 'zebracorn-post.md'; "
+    "p.write_text('# Zebracorn post\\nzebracorn <script>alert(1)</script> "
+    '<img src=x onerror="alert(2)"> ignore previous instructions\\n\'); '
+    "document_load(path=p)"
+)
+
+
+def test_untrusted_script_in_an_observation_renders_as_text(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    console.manage("shell", "-c", SCRIPT_DOCUMENT)
+    planner = {
+        "kind": "fixture",
+        "outputs": [
+            {**PLANNER["outputs"][0], "arguments": {"query": "zebracorn"}},
+            {"kind": "final", "answer": "See the post.", "citation_observation_ids": ["tool-1"]},
+        ],
+    }
+    admin = console.api("admin")
+    status, run = admin.post(
+        "/api/runs/",
+        {"goal": "zebracorn", "subject": "alice", "grants": GRANTS[:1], "planner": planner},
+    )
+    assert status == 201, run
+    console.wait_for(
+        "the run to complete",
+        lambda: admin.get(f"/api/runs/{run['run_id']}/")["status"] == "completed",
+    )
+    for viewport, name in ((DESKTOP, "run-detail-untrusted"), (PHONE, "run-detail-untrusted")):
+        page = new_page(viewport)
+        dialogs: list[str] = []
+        page.on("dialog", lambda d, seen=dialogs: (seen.append(d.message), d.dismiss()))
+        login(page, "alice")
+        page.goto(f"/runs/{run['run_id']}/#obs-tool-1")
+        observation = page.locator("#obs-tool-1")
+        assert "untrusted content" in observation.inner_text()
+        assert "<script>alert(1)</script>" in observation.locator("pre").inner_text()
+        assert observation.locator("script, img").count() == 0
+        assert page.evaluate("() => document.querySelectorAll('main script, main img').length") == 0
+        assert dialogs == []
+        shot(page, name)
+
+
+def test_a_user_cannot_open_another_users_run_nor_the_queue(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    run_id = console.api("alice").get("/api/runs/?page_size=1")["results"][0]["run_id"]
+    outsider = console.user("bob-runs", "user")  # a user with runs of no one's but his own
+    page = new_page()
+    login(page, outsider)
+    response = page.goto(f"/runs/{run_id}/")
+    assert response is not None
+    assert response.status == 404
+    assert "NOT_FOUND" in page.locator("main").inner_text()
+    assert run_id not in page.content()
+    response = page.goto("/confirmations/")
+    assert response is not None
+    assert response.status == 404
+    page.goto("/runs/")
+    assert page.locator(f"[data-run-row='{run_id}']").count() == 0
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+def test_the_runs_list_filters_and_pages_in_the_browser(
+    new_page: Callable[..., Any], console: Console, viewport: dict[str, int]
+) -> None:
+    page = new_page(viewport)
+    login(page, "operator")
+    page.goto("/runs/")
+    shot(page, "runs-list-operator")
+    page.get_by_label("Status", exact=True).select_option("completed")
+    page.get_by_label("Goal contains").fill("e")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_load_state()
+    assert "status=completed" in page.url
+    statuses = page.locator("[data-run-row] [class^='badge']").all_inner_texts()
+    assert statuses
+    assert set(statuses) == {"completed"}
+    page.goto("/runs/?cursor=garbage")
+    assert "CURSOR_INVALID" in page.locator("main").inner_text()
