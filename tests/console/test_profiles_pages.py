@@ -275,3 +275,13 @@ def test_profile_text_is_never_html(operator: Any, alice: Any) -> None:
         html = client_for(user).get(path).content.decode()
         assert "<script>alert(1)</script>" not in html
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_post_that_is_not_the_form_is_a_short_400(operator: Any) -> None:
+    client = client_for(operator)
+    body = json.dumps(form())
+    response = client.post("/profiles/", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert "FORM_INVALID" in response.content.decode()
+    assert 'name="grant_templates"' not in response.content.decode()
+    assert not RunProfile.objects.exists()
