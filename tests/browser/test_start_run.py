@@ -133,3 +133,20 @@ def test_operator_creates_a_profile_in_the_browser(
     )
     assert status == 201, body
     assert _run_end(console, "alice", body["run_id"])["status"] == "completed"
+
+    # Edit it (the name is the link), then archive it: users can no longer pick it.
+    page.get_by_role("link", name="Edit artifact-rules").click()
+    page.get_by_label("Description").fill("Looks up the artifact rules, edited")
+    page.get_by_role("button", name="Save profile").click()
+    page.wait_for_load_state()
+    assert "version 2" in page.locator("[role=status]").first.inner_text()
+    page.get_by_role("link", name="Edit artifact-rules").click()
+    page.set_viewport_size(kit.PHONE)
+    _page_is_sound(page)
+    shot(page, "profile-edit", full_page=True)
+    page.get_by_role("button", name="Archive artifact-rules").click()
+    page.wait_for_load_state()
+    row = page.locator("tr[data-profile='artifact-rules']")
+    assert "archived" in row.inner_text()
+    names = [p["name"] for p in console.api("alice").get("/api/profiles/")]
+    assert "artifact-rules" not in names
