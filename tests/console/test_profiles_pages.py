@@ -285,3 +285,14 @@ def test_a_post_that_is_not_the_form_is_a_short_400(operator: Any) -> None:
     assert "FORM_INVALID" in response.content.decode()
     assert 'name="grant_templates"' not in response.content.decode()
     assert not RunProfile.objects.exists()
+
+
+def test_the_admin_shows_a_profile_read_only_with_redacted_fields_masked(demo: None) -> None:
+    row = RunProfile.objects.get(name="write-report")
+    root = make_user("root", superuser=True)
+    page = client_for(root).get(f"/admin/runs/runprofile/{row.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "write_artifact" in html
+    assert "quarantine queue for a person" not in html  # the report's content is redacted
+    assert 'name="name"' not in html  # read-only: no form fields
