@@ -72,3 +72,16 @@ class DocumentAdmin(admin.ModelAdmin):
     list_display = ("corpus", "slug", "title", "loaded_at")
     list_filter = ("corpus",)
     search_fields = ("slug", "title")
+
+
+@admin.register(m.RunProfile)
+class RunProfileAdmin(ReadOnlyAdmin):
+    """Read-only: profiles are written on the console's /profiles/ pages, checked by the domain."""
+
+    list_display = ("name", "audience", "version", "archived_at", "updated_at")
+    exclude = ("planner",)
+    readonly_fields = ("planner_shown",)
+
+    @admin.display(description="planner")
+    def planner_shown(self, obj: m.RunProfile) -> str:
+        return RunAdmin.planner_shown(self, obj)  # type: ignore[arg-type]  # the same masking

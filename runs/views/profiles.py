@@ -17,7 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from agentconsole import wiring
 from policy.domain.errors import DomainError
-from policy.pages import domain_errors, role_required, signed_in
+from policy.pages import domain_errors, page_error, role_required, signed_in
 from policy.roles import is_operator
 from policy.status import domain_status
 from runs import profiles
@@ -49,6 +49,14 @@ def _refusal(form: Any, error: DomainError | None) -> tuple[dict[str, str], int]
     return {"code": FORM_INVALID, "message": f"{label or first[0]}: {first[1][0]}"}, 400
 
 
+def _foreign_post(request: HttpRequest, form_class: type[Any]) -> HttpResponse | None:
+    """A POST that carries none of this page's form fields (another content type, a script's
+    JSON) is not a form to show again with its errors: a short error page says so."""
+    if any(name in form_class.base_fields for name in request.POST):
+        return None
+    return page_error(request, FORM_INVALID, "This page takes its own form; nothing was saved.")
+
+
 def _list_page(request: HttpRequest, form: ProfileForm, error: dict[str, str] | None = None,
                status: int = 200) -> HttpResponse:  # fmt: skip
     rows = list(profiles.profiles_all())
@@ -61,6 +69,9 @@ def _list_page(request: HttpRequest, form: ProfileForm, error: dict[str, str] | 
 def profile_list(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return _list_page(request, ProfileForm(tools=_tools(), initial=NEW_PROFILE))
+    foreign = _foreign_post(request, ProfileForm)
+    if foreign is not None:
+        return foreign
     form = ProfileForm(request.POST, tools=_tools())
     failure: DomainError | None = None
     if form.is_valid():
@@ -92,6 +103,9 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     if request.method == "GET":
         initial = initial_from(profiles.profile_form_data(row), version=row.version)
         return _edit_page(request, row, ProfileForm(tools=_tools(), initial=initial))
+    foreign = _foreign_post(request, ProfileForm)
+    if foreign is not None:
+        return foreign
     form = ProfileForm(request.POST, tools=_tools())
     failure: DomainError | None = None
     if form.is_valid():

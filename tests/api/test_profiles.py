@@ -164,6 +164,12 @@ def test_a_run_started_for_a_subject_is_visible_to_that_subject(
         )
     )
     assert (decided["status"], decided["decided_by"]) == ("approved", "alice")
+    # Hers to cancel too (a stranger still gets 404; see above).
+    kit.assert_error(
+        people.bob.post(f"/api/runs/{run_id}/cancel/", {"reason": "r"}), 404, kit.NOT_FOUND
+    )
+    cancelled = people.alice.post(f"/api/runs/{run_id}/cancel/", {"reason": "not needed"})
+    assert kit.assert_ok(cancelled)["status"] in ("cancelled", "cancelling")
 
 
 def test_the_runs_list_costs_the_same_with_runs_for_the_subject(

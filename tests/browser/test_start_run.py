@@ -55,9 +55,8 @@ def test_user_starts_a_run_from_a_profile_and_it_ends(
     _page_is_sound(page)
     shot(page, "start-run", full_page=True)
 
-    page.get_by_role("radio", name=re.compile(r"^research\s")).check()
     page.get_by_label("Goal").fill("What happens when the retries run out? (browser)")
-    page.get_by_role("button", name="Start run").click()
+    page.get_by_role("button", name="Start with research", exact=True).click()
     page.wait_for_load_state()
     found = re.search(r"/runs/(run_[0-9a-f]+)/$", page.url)
     assert found, page.url
@@ -65,19 +64,6 @@ def test_user_starts_a_run_from_a_profile_and_it_ends(
     run = _run_end(console, "alice", found.group(1))
     assert (run["status"], run["stop_reason"]) == ("completed", "FINAL_ANSWER_VALIDATED")
     assert run["citations"] == ["tool-1"]
-
-
-def test_a_start_without_a_profile_is_refused_in_words(
-    new_page: Callable[..., Any], console: Console
-) -> None:
-    page = _open(new_page, "alice", "/runs/new/")
-    # The radios are required: remove that so the server's own refusal is what is seen.
-    page.evaluate(
-        "() => document.querySelectorAll('input[required]').forEach(i => i.required = false)"
-    )
-    page.get_by_label("Goal").fill("no profile chosen")
-    page.get_by_role("button", name="Start run").click()
-    assert "PROFILE_NOT_FOUND" in page.locator("[role=alert]").first.inner_text()
 
 
 def test_every_demo_profile_run_reaches_a_sensible_end(console: Console) -> None:
@@ -140,10 +126,27 @@ def test_operator_creates_a_profile_in_the_browser(
     assert "Profile artifact-rules saved" in page.locator("[role=status]").first.inner_text()
     assert page.locator("tr[data-profile='artifact-rules']").count() == 1
     _page_is_sound(page)
-    shot(page, "profiles", full_page=True)
+    shot(page, "profiles-created", full_page=True)
 
     status, body = console.api("alice").post(
         "/api/runs/", {"goal": "artifact rules", "profile": "artifact-rules"}
     )
     assert status == 201, body
     assert _run_end(console, "alice", body["run_id"])["status"] == "completed"
+
+    # Edit it (the name is the link), then archive it: users can no longer pick it.
+    page.get_by_role("link", name="Edit artifact-rules").click()
+    page.get_by_label("Description").fill("Looks up the artifact rules, edited")
+    page.get_by_role("button", name="Save profile").click()
+    page.wait_for_load_state()
+    assert "version 2" in page.locator("[role=status]").first.inner_text()
+    page.get_by_role("link", name="Edit artifact-rules").click()
+    page.set_viewport_size(kit.PHONE)
+    _page_is_sound(page)
+    shot(page, "profile-edit", full_page=True)
+    page.get_by_role("button", name="Archive artifact-rules").click()
+    page.wait_for_load_state()
+    row = page.locator("tr[data-profile='artifact-rules']")
+    assert "archived" in row.inner_text()
+    names = [p["name"] for p in console.api("alice").get("/api/profiles/")]
+    assert "artifact-rules" not in names

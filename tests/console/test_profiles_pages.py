@@ -275,3 +275,24 @@ def test_profile_text_is_never_html(operator: Any, alice: Any) -> None:
         html = client_for(user).get(path).content.decode()
         assert "<script>alert(1)</script>" not in html
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_post_that_is_not_the_form_is_a_short_400(operator: Any) -> None:
+    client = client_for(operator)
+    body = json.dumps(form())
+    response = client.post("/profiles/", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert "FORM_INVALID" in response.content.decode()
+    assert 'name="grant_templates"' not in response.content.decode()
+    assert not RunProfile.objects.exists()
+
+
+def test_the_admin_shows_a_profile_read_only_with_redacted_fields_masked(demo: None) -> None:
+    row = RunProfile.objects.get(name="write-report")
+    root = make_user("root", superuser=True)
+    page = client_for(root).get(f"/admin/runs/runprofile/{row.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "write_artifact" in html
+    assert "quarantine queue for a person" not in html  # the report's content is redacted
+    assert 'name="name"' not in html  # read-only: no form fields
