@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from tests.browser.browser_kit import (
+    COLOUR_ONLY_JS,
+    NOT_FOCUSABLE_JS,
     OVERFLOW_JS,
     PHONE,
     PLANNER,
@@ -78,6 +80,8 @@ def test_decline_with_a_reason(
     assert page.evaluate("() => window.__owned") is None
     assert page.evaluate(OVERFLOW_JS)["scroll"] <= PHONE["width"]
     assert page.evaluate(UNLABELLED_JS) == []
+    assert page.evaluate(COLOUR_ONLY_JS) == []
+    assert page.evaluate(NOT_FOCUSABLE_JS) == []
     shot(page, "queue-item", full_page=True)
 
     # No reason: the browser says so at the field, and nothing is sent.
