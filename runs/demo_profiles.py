@@ -35,6 +35,22 @@ _REPORT = (
     "moves to the quarantine queue for a person to look at.\n"
 )
 
+
+def _second_call(
+    tool: str, arguments: dict[str, Any], *, reason: str, sources: list[str]
+) -> dict[str, Any]:
+    """The planner's second proposal (after the search): ``tool`` with ``arguments``."""
+    return {
+        "kind": "tool",
+        "proposal_id": "p2",
+        "tool_name": tool,
+        "tool_version": "1",
+        "arguments": arguments,
+        "reason_summary": reason,
+        "source_observation_ids": sources,
+    }
+
+
 DEMO_PROFILES: tuple[dict[str, Any], ...] = (
     {
         "name": "research",
@@ -71,15 +87,12 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
             "kind": "fixture",
             "outputs": [
                 _SEARCH,
-                {
-                    "kind": "tool",
-                    "proposal_id": "p2",
-                    "tool_name": "save_preference",
-                    "tool_version": "1",
-                    "arguments": {"key": "citation_style", "value": "footnote"},
-                    "reason_summary": "remember how the user likes citations",
-                    "source_observation_ids": ["user-1"],
-                },
+                _second_call(
+                    "save_preference",
+                    {"key": "citation_style", "value": "footnote"},
+                    reason="remember how the user likes citations",
+                    sources=["user-1"],
+                ),
                 {
                     "kind": "final",
                     "answer": "A task is retried automatically at most three times, then it "
@@ -114,15 +127,12 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
             "kind": "fixture",
             "outputs": [
                 _SEARCH,
-                {
-                    "kind": "tool",
-                    "proposal_id": "p2",
-                    "tool_name": "write_artifact",
-                    "tool_version": "1",
-                    "arguments": {"path": "run-output/reports/retry-policy.md", "content": _REPORT},
-                    "reason_summary": "write the report",
-                    "source_observation_ids": ["tool-1"],
-                },
+                _second_call(
+                    "write_artifact",
+                    {"path": "run-output/reports/retry-policy.md", "content": _REPORT},
+                    reason="write the report",
+                    sources=["tool-1"],
+                ),
                 {
                     "kind": "final",
                     "answer": "The report is in run-output/reports/retry-policy.md: a task is "

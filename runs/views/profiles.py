@@ -7,6 +7,8 @@ you may use, with a goal; you land on the new run's page.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -64,11 +66,15 @@ def _list_page(request: HttpRequest, form: ProfileForm, error: dict[str, str] | 
     return render(request, "console/profiles/list.html", context, status=status)
 
 
-@role_required(is_operator)
-@require_http_methods(["GET", "POST"])
-def profile_list(request: HttpRequest) -> HttpResponse:
-    if request.method == "GET":
-        return _list_page(request, ProfileForm(tools=_tools(), initial=NEW_PROFILE))
+def _submit(
+    request: HttpRequest,
+    save: Callable[[ProfileForm], Any],
+    saved: Callable[[Any], HttpResponse],
+    again: Callable[[ProfileForm, dict[str, str], int], HttpResponse],
+) -> HttpResponse:
+    """A profile form posted: ``save`` it (a service call), then ``saved`` (a redirect); a form
+    that is not this page's, invalid, or refused by the service is shown ``again`` with the
+    refusal's code, nothing saved."""
     foreign = _foreign_post(request, ProfileForm)
     if foreign is not None:
         return foreign
@@ -76,17 +82,30 @@ def profile_list(request: HttpRequest) -> HttpResponse:
     failure: DomainError | None = None
     if form.is_valid():
         try:
-            row = profiles.profile_create(
-                data=form.profile_data(), by=request.user, ctx=wiring.context()
-            )
+            return saved(save(form))
         except DomainError as exc:
             failure = exc
-        else:
-            messages.success(request, f"Profile {row.name} saved. Users can start runs from it.")
-            # The form posts to #new-profile (a refusal shows there); the list starts at #main.
-            return redirect("/profiles/#main")
     error, status = _refusal(form, failure)
-    return _list_page(request, form, error, status)
+    return again(form, error, status)
+
+
+@role_required(is_operator)
+@require_http_methods(["GET", "POST"])
+def profile_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        return _list_page(request, ProfileForm(tools=_tools(), initial=NEW_PROFILE))
+
+    def save(form: ProfileForm) -> Any:
+        return profiles.profile_create(
+            data=form.profile_data(), by=request.user, ctx=wiring.context()
+        )
+
+    def saved(row: Any) -> HttpResponse:
+        messages.success(request, f"Profile {row.name} saved. Users can start runs from it.")
+        # The form posts to #new-profile (a refusal shows there); the list starts at #main.
+        return redirect("/profiles/#main")
+
+    return _submit(request, save, saved, functools.partial(_list_page, request))
 
 
 def _edit_page(request: HttpRequest, row: Any, form: ProfileForm,
@@ -103,27 +122,21 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     if request.method == "GET":
         initial = initial_from(profiles.profile_form_data(row), version=row.version)
         return _edit_page(request, row, ProfileForm(tools=_tools(), initial=initial))
-    foreign = _foreign_post(request, ProfileForm)
-    if foreign is not None:
-        return foreign
-    form = ProfileForm(request.POST, tools=_tools())
-    failure: DomainError | None = None
-    if form.is_valid():
-        try:
-            row = profiles.profile_update(
-                profile_id=profile_id,
-                data=form.profile_data(),
-                expected_version=form.cleaned_data["version"] or 0,
-                by=request.user,
-                ctx=wiring.context(),
-            )
-        except DomainError as exc:
-            failure = exc
-        else:
-            messages.success(request, f"Profile {row.name} saved (version {row.version}).")
-            return redirect("/profiles/")
-    error, status = _refusal(form, failure)
-    return _edit_page(request, row, form, error, status)
+
+    def save(form: ProfileForm) -> Any:
+        return profiles.profile_update(
+            profile_id=profile_id,
+            data=form.profile_data(),
+            expected_version=form.cleaned_data["version"] or 0,
+            by=request.user,
+            ctx=wiring.context(),
+        )
+
+    def saved(updated: Any) -> HttpResponse:
+        messages.success(request, f"Profile {updated.name} saved (version {updated.version}).")
+        return redirect("/profiles/")
+
+    return _submit(request, save, saved, functools.partial(_edit_page, request, row))
 
 
 @role_required(is_operator)

@@ -235,3 +235,39 @@ COLOUR_ONLY_JS = """() => [...document.querySelectorAll('.badge, .count:not([hid
 NOT_FOCUSABLE_JS = """() => [...document.querySelectorAll('[onclick], [role=button]')]
   .filter(el => !['A', 'BUTTON', 'INPUT', 'SUMMARY'].includes(el.tagName) && el.tabIndex < 0)
   .map(el => el.outerHTML.slice(0, 80))"""
+
+
+def tab_misses(page: Any) -> list[str]:
+    """Press Tab until focus has visited every action (or gone round); the actions it missed."""
+    actions = set(page.evaluate(ACTIONS_JS))
+    reached: set[str] = set()
+    page.locator("body").focus()
+    for _ in range(len(actions) + 40):
+        page.keyboard.press("Tab")
+        reached.add(page.evaluate("() => document.activeElement.outerHTML.slice(0, 80)"))
+        if actions <= reached:
+            break
+    return sorted(actions - reached)
+
+
+def layout_problems(page: Any, tab: bool = True) -> list[str]:
+    """Every main page's checks (issue 11): nothing overflows the viewport, every form control
+    has a label, no status is shown by colour alone, no click target the keyboard skips, and
+    (``tab``) Tab reaches every action. An empty list is a sound page."""
+    problems = []
+    overflow = page.evaluate(OVERFLOW_JS)
+    if overflow["scroll"] > overflow["width"]:
+        problems.append(f"overflows: {overflow}")
+    checks = (
+        (UNLABELLED_JS, "form controls without a label"),
+        (COLOUR_ONLY_JS, "a status shown by colour alone"),
+        (NOT_FOCUSABLE_JS, "click targets the keyboard skips"),
+    )
+    for script, what in checks:
+        found = page.evaluate(script)
+        if found:
+            problems.append(f"{what}: {found}")
+    missed = tab_misses(page) if tab else []
+    if missed:
+        problems.append(f"actions Tab never reaches: {missed}")
+    return problems

@@ -17,12 +17,10 @@ import pytest
 
 from tests.browser.browser_kit import (
     ACTIONS_JS,
-    COLOUR_ONLY_JS,
     DESKTOP,
-    OVERFLOW_JS,
     PHONE,
-    UNLABELLED_JS,
     Console,
+    layout_problems,
     login,
     shot,
 )
@@ -46,10 +44,7 @@ def doubtful_write(console: Console, goal: str) -> tuple[str, int, str]:
 
 
 def checks(page: Any) -> None:
-    overflow = page.evaluate(OVERFLOW_JS)
-    assert overflow["scroll"] <= overflow["width"], overflow
-    assert page.evaluate(UNLABELLED_JS) == []
-    assert page.evaluate(COLOUR_ONLY_JS) == []
+    assert layout_problems(page, tab=False) == []
     assert page.evaluate(ACTIONS_JS)  # something to act on
 
 

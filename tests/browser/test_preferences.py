@@ -21,18 +21,14 @@ from typing import Any
 import pytest
 
 from tests.browser.browser_kit import (
-    COLOUR_ONLY_JS,
     DESKTOP,
-    NOT_FOCUSABLE_JS,
-    OVERFLOW_JS,
     PHONE,
-    UNLABELLED_JS,
     Api,
     Console,
+    layout_problems,
     login,
     shot,
 )
-from tests.browser.test_layout import _tab_reaches_every_action as tab_misses
 
 pytestmark = pytest.mark.browser
 
@@ -57,23 +53,25 @@ def current(api: Api, key: str) -> dict[str, Any]:
     return next(r for r in api.get("/api/preferences/") if r["key"] == key)
 
 
+def user_with(console: Console, name: str, preferences: dict[str, str]) -> Api:
+    """A new user holding ``preferences`` (each saved through the API); their API client."""
+    console.user(name, "user")
+    api = console.api(name)
+    for key, value in preferences.items():
+        set_preference(api, key, value)
+    return api
+
+
 def check_page(page: Any, name: str) -> None:
     """test_layout's checks on a page it does not visit, and its screenshot (whole page)."""
     shot(page, name, full_page=True)
-    overflow = page.evaluate(OVERFLOW_JS)
-    assert overflow["scroll"] <= overflow["width"], f"{name} overflows: {overflow}"
-    assert page.evaluate(UNLABELLED_JS) == [], f"{name}: form controls without a label"
-    assert page.evaluate(COLOUR_ONLY_JS) == [], f"{name}: a status shown by colour alone"
-    assert page.evaluate(NOT_FOCUSABLE_JS) == [], f"{name}: a click target the keyboard skips"
-    assert tab_misses(page) == [], f"{name}: actions Tab never reaches"
+    assert layout_problems(page) == [], name
 
 
 def test_user_edits_through_confirmation_meets_a_conflict_chooses_revokes_and_exports(
     page: Any, console: Console
 ) -> None:
-    console.user("paula", "user")
-    api = console.api("paula")
-    set_preference(api, STYLE, "inline")
+    api = user_with(console, "paula", {STYLE: "inline"})
     login(page, "paula")
     page.goto("/preferences/")
     section = page.locator(f"#pref-{STYLE}")
@@ -149,10 +147,7 @@ def test_user_edits_through_confirmation_meets_a_conflict_chooses_revokes_and_ex
 def test_operator_revokes_with_a_reason_and_sees_it_in_the_audit_trail(
     page: Any, console: Console
 ) -> None:
-    console.user("quinn", "user")
-    quinn = console.api("quinn")
-    set_preference(quinn, STYLE, "inline")
-    set_preference(quinn, "answer_language", "de")
+    quinn = user_with(console, "quinn", {STYLE: "inline", "answer_language": "de"})
     login(page, "operator")
     page.goto("/memory/")
     page.get_by_label(re.compile("^Subject")).fill("quinn")

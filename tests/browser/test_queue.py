@@ -14,13 +14,10 @@ from typing import Any
 import pytest
 
 from tests.browser.browser_kit import (
-    COLOUR_ONLY_JS,
-    NOT_FOCUSABLE_JS,
-    OVERFLOW_JS,
     PHONE,
     PLANNER,
-    UNLABELLED_JS,
     Console,
+    layout_problems,
     login,
     shot,
     waiting_run,
@@ -78,10 +75,7 @@ def test_decline_with_a_reason(
     source.locator("summary").click()
     assert "<script>window.__owned = 1</script>" in source.locator("pre").inner_text()
     assert page.evaluate("() => window.__owned") is None
-    assert page.evaluate(OVERFLOW_JS)["scroll"] <= PHONE["width"]
-    assert page.evaluate(UNLABELLED_JS) == []
-    assert page.evaluate(COLOUR_ONLY_JS) == []
-    assert page.evaluate(NOT_FOCUSABLE_JS) == []
+    assert layout_problems(page, tab=False) == []
     shot(page, "queue-item", full_page=True)
 
     # No reason: the browser says so at the field, and nothing is sent.

@@ -15,8 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.browser.browser_kit import DESKTOP, PHONE, Console, login, shot
-from tests.browser.test_approve_live import GRANTS, PLANNER, waiting_run
+from tests.browser.browser_kit import (
+    DESKTOP,
+    GRANTS,
+    PHONE,
+    PLANNER,
+    Console,
+    login,
+    shot,
+    waiting_run,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -62,6 +70,18 @@ def _approve(console: Console, run: dict[str, Any]) -> None:
     assert status == 200, body
 
 
+def _watching(
+    new_page: Callable[..., Any], console: Console, goal: str, script: str
+) -> tuple[dict[str, Any], Any]:
+    """A run of alice's waiting for a confirmation, and alice's page of it (``script`` run in
+    the page before its own)."""
+    run = waiting_run(console, goal)
+    page = _page_with(new_page, script)
+    login(page, "alice")
+    page.goto(f"/runs/{run['run_id']}/")
+    return run, page
+
+
 def _timeline_matches_the_trace(page: Any, console: Console, run_id: str) -> None:
     """Every event once, in order, nothing missing: the page's sequences are the API's."""
     shown = page.evaluate(SEQUENCES_JS)
@@ -72,10 +92,9 @@ def _timeline_matches_the_trace(page: Any, console: Console, run_id: str) -> Non
 def test_the_run_page_follows_the_run_live_and_resumes_after_a_dropped_socket(
     new_page: Callable[..., Any], console: Console
 ) -> None:
-    run = waiting_run(console, "Answer in Chinese (run detail live test)")
-    page = _page_with(new_page, RECORD_SOCKETS)
-    login(page, "alice")
-    page.goto(f"/runs/{run['run_id']}/")
+    run, page = _watching(
+        new_page, console, "Answer in Chinese (run detail live test)", RECORD_SOCKETS
+    )
     page.evaluate("() => { window.__notReloaded = true; }")
     page.wait_for_selector("[data-trace-live]:has-text('live')")
     assert "waiting_confirmation" in page.locator("[data-run-status]").inner_text()
@@ -120,10 +139,7 @@ def test_the_run_page_follows_the_run_live_and_resumes_after_a_dropped_socket(
 def test_without_websockets_the_page_polls_and_still_follows_the_run(
     new_page: Callable[..., Any], console: Console
 ) -> None:
-    run = waiting_run(console, "Answer in Chinese (polling test)")
-    page = _page_with(new_page, NO_SOCKETS)
-    login(page, "alice")
-    page.goto(f"/runs/{run['run_id']}/")
+    run, page = _watching(new_page, console, "Answer in Chinese (polling test)", NO_SOCKETS)
     page.wait_for_selector("[data-trace-live]:has-text('polling')")
     _approve(console, run)
     page.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)

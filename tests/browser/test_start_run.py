@@ -40,9 +40,7 @@ def _open(new_page: Callable[..., Any], user: str, path: str, viewport: Any = No
 
 
 def _page_is_sound(page: Any) -> None:
-    overflow = page.evaluate(kit.OVERFLOW_JS)
-    assert overflow["scroll"] <= overflow["width"], overflow
-    assert page.evaluate(kit.UNLABELLED_JS) == []
+    assert kit.layout_problems(page, tab=False) == []
 
 
 @pytest.mark.parametrize("viewport", [kit.DESKTOP, kit.PHONE], ids=["1280x800", "390x844"])

@@ -178,6 +178,13 @@ def test_memory_administration_does_not_exist_for_users(
     assert PreferenceRecord.objects.get().revoked_at is None
 
 
+def assert_untouched() -> None:
+    """alice's seeded de (version 1) is as it was, and no change was proposed."""
+    record = PreferenceRecord.objects.get()
+    assert (record.value, record.version, record.revoked_at) == ("de", 1, None)
+    assert not PreferenceChange.objects.exists()
+
+
 def test_every_post_needs_the_csrf_token(users: Any) -> None:
     seed("alice", LANG, "de")
     alice, operator = Client(enforce_csrf_checks=True), Client(enforce_csrf_checks=True)
@@ -192,9 +199,7 @@ def test_every_post_needs_the_csrf_token(users: Any) -> None:
     for client, path, data in posts:
         response = client.post(path, data)
         assert_code(response, 403, "CSRF")
-    record = PreferenceRecord.objects.get()
-    assert (record.value, record.version, record.revoked_at) == ("de", 1, None)
-    assert not PreferenceChange.objects.exists()
+    assert_untouched()
 
 
 # ---- edit through the confirmation of the exact value
@@ -337,9 +342,7 @@ def test_odd_input_is_a_4xx_page_never_a_500(
     seed("alice", LANG, "de")
     response = getattr(as_user(who), method)(path, data or {})
     assert response.status_code == status
-    record = PreferenceRecord.objects.get()
-    assert (record.value, record.version, record.revoked_at) == ("de", 1, None)
-    assert not PreferenceChange.objects.exists()
+    assert_untouched()
 
 
 # ---- revoke, export, erase

@@ -24,7 +24,7 @@ from runs import models as m
 from runs import services
 from runs.corpus import document_load
 from tests.api.api_kit import created_run, load_fixture, scenario_run
-from tests.support.personas import make_user
+from tests.support.personas import make_user, user_fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -43,14 +43,8 @@ def client_for(user: Any, *, csrf: bool = False) -> Client:
     return client
 
 
-@pytest.fixture
-def alice() -> Any:
-    return make_user("alice", "user")
-
-
-@pytest.fixture
-def bob() -> Any:
-    return make_user("bob", "user")
+alice = user_fixture("alice", "user")
+bob = user_fixture("bob", "user")
 
 
 def bulk_runs(owner: Any, n: int, *, status: str = "completed", goal: str = "goal") -> list[str]:

@@ -26,19 +26,13 @@ from runs.demo_profiles import DEMO_PROFILES, load_demo_profiles
 from runs.domain.machine import Status
 from runs.domain.profiles import ProfileInvalid
 from runs.models import RunProfile
-from tests.support.personas import make_user
+from tests.support.personas import make_user, user_fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def operator() -> Any:
-    return make_user("operator", "operator")
-
-
-@pytest.fixture
-def alice() -> Any:
-    return make_user("alice", "user")
+operator = user_fixture("operator", "operator")
+alice = user_fixture("alice", "user")
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
@@ -134,3 +135,9 @@ def make_user(name: str, *roles: str, password: str | None = None, superuser: bo
     for role in roles:
         user.groups.add(groups[role])
     return user
+
+
+def user_fixture(name: str, *roles: str) -> Any:
+    """A pytest fixture named ``name`` that makes that user: ``alice = user_fixture("alice",
+    "user")`` in a test module, one line per persona."""
+    return pytest.fixture(name=name)(lambda: make_user(name, *roles))
