@@ -229,8 +229,9 @@ def _trace(run: m.Run) -> tuple[list[dict[str, Any]], int]:
 
 
 def may_cancel(*, user: Any, run: m.Run) -> bool:
-    """The API's rule: the run's owner or an operator, while it has not finished."""
-    owns = run.owner_id is not None and run.owner_id == user.pk
+    """The API's rule: the run's owner (who started it, or whom it was started for) or an
+    operator, while it has not finished."""
+    owns = selectors.is_own_run(user=user, run=run)
     return (owns or is_operator(user)) and run.status not in FINISHED
 
 

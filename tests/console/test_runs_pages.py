@@ -96,6 +96,11 @@ def test_a_run_started_for_a_user_by_someone_else_is_theirs_to_see(alice: Any, b
     assert client_for(alice).get(f"/runs/{run_id}/").status_code == 200
     assert listed(client_for(bob).get("/runs/")) == []
     assert client_for(bob).get(f"/runs/{run_id}/").status_code == 404
+    # Theirs to cancel too, as in the API (runs.selectors.is_own_run).
+    assert b"Cancel run" in client_for(alice).get(f"/runs/{run_id}/").content
+    response = client_for(alice).post(f"/runs/{run_id}/cancel/", {"reason": "not mine to run"})
+    assert response.status_code == 302
+    assert m.Run.objects.get(pk=run_id).status in ("cancelled", "cancelling")
 
 
 def test_status_subject_and_goal_filters_and_counts_by_status(alice: Any, bob: Any) -> None:
