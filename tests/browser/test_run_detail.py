@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -219,13 +220,21 @@ def test_the_runs_list_filters_and_pages_in_the_browser(
     login(page, "operator")
     page.goto("/runs/")
     shot(page, "runs-list-operator")
+    page.evaluate("() => { window.__notReloaded = true; }")
     page.get_by_label("Status", exact=True).select_option("completed")
     page.get_by_label("Goal contains").fill("e")
     page.get_by_role("button", name="Filter").click()
-    page.wait_for_load_state()
-    assert "status=completed" in page.url
+    # htmx swaps in the results and the counts; the page itself is not reloaded.
+    page.wait_for_url(re.compile(r"status=completed.*q=e|q=e.*status=completed"))
+    page.wait_for_selector("#runs-results h2:has-text('completed runs')")
+    assert page.evaluate("() => window.__notReloaded === true")
     statuses = page.locator("[data-run-row] [class^='badge']").all_inner_texts()
     assert statuses
     assert set(statuses) == {"completed"}
+    # Typing alone re-filters (no button), and the field keeps the focus.
+    page.get_by_label("Goal contains").fill("no goal has this text")
+    page.wait_for_selector("#runs-results:has-text('No runs match')")
+    assert page.evaluate("() => document.activeElement.id") == "id_q"
+    assert page.evaluate("() => window.__notReloaded === true")
     page.goto("/runs/?cursor=garbage")
     assert "CURSOR_INVALID" in page.locator("main").inner_text()
