@@ -252,8 +252,9 @@ def tab_misses(page: Any) -> list[str]:
 
 def layout_problems(page: Any, tab: bool = True) -> list[str]:
     """Every main page's checks (issue 11): nothing overflows the viewport, every form control
-    has a label, no status is shown by colour alone, no click target the keyboard skips, and
-    (``tab``) Tab reaches every action. An empty list is a sound page."""
+    has a label, no status is shown by colour alone, no click target the keyboard skips, no
+    template syntax shows as text, and (``tab``) Tab reaches every action. An empty list is a
+    sound page."""
     problems = []
     overflow = page.evaluate(OVERFLOW_JS)
     if overflow["scroll"] > overflow["width"]:
@@ -267,6 +268,10 @@ def layout_problems(page: Any, tab: bool = True) -> list[str]:
         found = page.evaluate(script)
         if found:
             problems.append(f"{what}: {found}")
+    shown = page.evaluate("() => document.body.innerText")
+    leaked = [mark for mark in ("{#", "#}", "{%", "%}", "{{", "}}") if mark in shown]
+    if leaked:
+        problems.append(f"template syntax shown as text: {leaked}")
     missed = tab_misses(page) if tab else []
     if missed:
         problems.append(f"actions Tab never reaches: {missed}")
