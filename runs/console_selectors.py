@@ -19,7 +19,6 @@ from typing import Any
 from django.db.models import Count, Q
 
 from policy.domain.errors import DomainError
-from policy.roles import is_operator
 from runs import models as m
 from runs import selectors
 from runs.domain.handoff import HandoffStatus
@@ -229,10 +228,8 @@ def _trace(run: m.Run) -> tuple[list[dict[str, Any]], int]:
 
 
 def may_cancel(*, user: Any, run: m.Run) -> bool:
-    """The API's rule: the run's owner (who started it, or whom it was started for) or an
-    operator, while it has not finished."""
-    owns = selectors.is_own_run(user=user, run=run)
-    return (owns or is_operator(user)) and run.status not in FINISHED
+    """The API's rule (``runs.selectors.may_act_on_run``), while the run has not finished."""
+    return selectors.may_act_on_run(user=user, run=run) and run.status not in FINISHED
 
 
 def run_detail(*, user: Any, run_id: str) -> RunDetail:

@@ -21,7 +21,7 @@ def run_cancel_by(*, user: Any, run_id: str, reason: str, ctx: RunsContext) -> R
             f"This run has already finished ({run.status}); there is nothing to cancel.",
             code="RUN_ALREADY_FINISHED",
         )
-    if not console_selectors.may_cancel(user=user, run=run):
+    if not selectors.may_act_on_run(user=user, run=run):
         raise DomainError(
             "Only the run's owner or an operator cancels it.", code="PERMISSION_DENIED"
         )
