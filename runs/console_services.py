@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from policy.domain.errors import DomainError
-from runs import console_selectors, selectors, services
+from runs import selectors, services
 from runs.context import RunsContext
+from runs.domain.machine import TERMINAL
 from runs.domain.state import RunState
 
 
@@ -16,7 +17,7 @@ def run_cancel_by(*, user: Any, run_id: str, reason: str, ctx: RunsContext) -> R
     not own (a reviewer) PERMISSION_DENIED unless they are an operator. A finished run is
     RUN_ALREADY_FINISHED here, where the API's cancel answers it quietly with the run's state."""
     run = selectors.access_run(user=user, run_id=run_id)
-    if run.status in console_selectors.FINISHED:
+    if run.status in TERMINAL:
         raise DomainError(
             f"This run has already finished ({run.status}); there is nothing to cancel.",
             code="RUN_ALREADY_FINISHED",
