@@ -80,9 +80,8 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
     c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
     if c is None:
         raise NotFound("no such confirmation")
-    # Operators decide; a user may decide for their own run (started by or for them: it is
-    # their confirmation).
-    if not is_operator(request.user) and not run_selectors.is_own_run(user=request.user, run=c.run):
+    # Operators decide; a user may decide for their own run (it is their confirmation).
+    if not run_selectors.may_act_on_run(user=request.user, run=c.run):
         raise PermissionDenied("only operators or the run's owner decide confirmations")
     data = validated(DecisionIn, request.data)
     run_services.confirmation_decide(

@@ -13,6 +13,8 @@ _DOMAIN_STATUS: dict[str, int] = {
     "VERSION_CONFLICT": 409,
     "LEASE_LOST": 409,
     "CONFIRMATION_HASH_MISMATCH": 409,  # the change shown is not the change confirmed
+    "PERMISSION_DENIED": 403,
+    "RUN_ALREADY_FINISHED": 409,
 }
 
 

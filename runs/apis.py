@@ -226,8 +226,7 @@ class RunCancel(APIView):
     @extend_schema(request=CancelIn, responses=RunOut)
     def post(self, request: Request, run_id: str) -> Response:
         run = selectors.access_run(user=request.user, run_id=run_id)
-        # Their own run: started by them or for them (runs.selectors.own_runs_q).
-        if not selectors.is_own_run(user=request.user, run=run) and not is_operator(request.user):
+        if not selectors.may_act_on_run(user=request.user, run=run):
             raise PermissionDenied("only the run's owner or an operator cancels it")
         data = validated(CancelIn, request.data)
         services.run_cancel(

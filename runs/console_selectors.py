@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +18,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from policy.domain.errors import DomainError
-from policy.roles import is_operator
+from policy.pages import pretty_json
 from runs import models as m
 from runs import selectors
 from runs.domain.handoff import HandoffStatus
@@ -30,7 +29,6 @@ PAGE_SIZE = 50
 # The detail renders at most this many trace events (the latest); the API pages the rest.
 TRACE_LIMIT = 2000
 STATUSES = tuple(s.value for s in Status)
-FINISHED = frozenset(s.value for s in TERMINAL)
 
 
 class CursorInvalid(DomainError):
@@ -136,14 +134,6 @@ class Budget:
         return "bad" if self.percent >= 100 else "warn" if self.percent >= 80 else ""
 
 
-TRUST_WORDS = {
-    "untrusted-content": "untrusted content",
-    "trusted-tool": "trusted tool",
-    "policy": "policy",
-    "user": "user",
-}
-
-
 @dataclass(frozen=True)
 class ObservationView:
     """An observation as the page shows it: its content as indented JSON text (escaped by the
@@ -162,19 +152,19 @@ class ObservationView:
 
     @property
     def trust_word(self) -> str:
-        return TRUST_WORDS.get(self.trust, self.trust)
+        return self.trust.replace("-", " ")
 
 
 def _observation(o: m.Observation) -> ObservationView:
-    text = json.dumps(o.content, indent=2, sort_keys=True, ensure_ascii=False)
-    return ObservationView(o.observation_id, o.kind, o.trust, o.step, o.citable, text)
+    return ObservationView(
+        o.observation_id, o.kind, o.trust, o.step, o.citable, pretty_json(o.content)
+    )
 
 
 @dataclass(frozen=True)
 class RunDetail:
     run: m.Run
     groups: list[StepGroup]
-    events_shown: int
     events_hidden: int
     last_sequence: int
     observations: list[ObservationView]
@@ -196,7 +186,7 @@ class RunDetail:
 def budgets_of(run: m.Run, now_ms: int) -> list[Budget]:
     """Steps, tool calls and time, each with its numbers written out."""
     total_ms = int((run.budgets or {}).get("deadline_ms") or 0)
-    if run.status in FINISHED:
+    if run.status in TERMINAL:
         # The run's last write is its stop: the time it took, near enough.
         used_ms = int((run.updated_at - run.created_at).total_seconds() * 1000)
         left_ms = max(0, total_ms - used_ms)
@@ -229,10 +219,8 @@ def _trace(run: m.Run) -> tuple[list[dict[str, Any]], int]:
 
 
 def may_cancel(*, user: Any, run: m.Run) -> bool:
-    """The API's rule: the run's owner (who started it, or whom it was started for) or an
-    operator, while it has not finished."""
-    owns = selectors.is_own_run(user=user, run=run)
-    return (owns or is_operator(user)) and run.status not in FINISHED
+    """The API's rule (``runs.selectors.may_act_on_run``), while the run has not finished."""
+    return selectors.may_act_on_run(user=user, run=run) and run.status not in TERMINAL
 
 
 def run_detail(*, user: Any, run_id: str) -> RunDetail:
@@ -250,7 +238,6 @@ def run_detail(*, user: Any, run_id: str) -> RunDetail:
     return RunDetail(
         run=run,
         groups=build_timeline(events),
-        events_shown=len(events),
         events_hidden=hidden,
         last_sequence=events[-1]["sequence"] if events else 0,
         observations=[
@@ -265,6 +252,6 @@ def run_detail(*, user: Any, run_id: str) -> RunDetail:
         handoff=handoff,
         budgets=budgets_of(run, now_ms),
         now_ms=now_ms,
-        finished=run.status in FINISHED,
+        finished=run.status in TERMINAL,
         may_cancel=may_cancel(user=user, run=run),
     )

@@ -12,7 +12,7 @@ from memory.models import PreferenceRecord
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
 from policy.models import Confirmation
-from policy.roles import sees_all_runs
+from policy.roles import is_operator, sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve
@@ -99,6 +99,12 @@ def own_runs_q(*, user: Any, prefix: str = "") -> Q:
 
 def is_own_run(*, user: Any, run: m.Run) -> bool:
     return run.owner_id == user.pk or run.subject == user.get_username()
+
+
+def may_act_on_run(*, user: Any, run: m.Run) -> bool:
+    """Who may act on a run (cancel it, decide its confirmations): an operator, or its owner
+    (started by them or for them)."""
+    return is_operator(user) or is_own_run(user=user, run=run)
 
 
 def runs_visible(*, user: Any) -> Any:

@@ -24,21 +24,9 @@ from typing import Any
 from runs.domain import trace as ev
 
 
-class Phase(enum.StrEnum):
-    RUN = "run"
-    PLANNER = "planner"
-    GATE = "gate"
-    CONFIRMATION = "confirmation"
-    TOOL = "tool"
-    VERIFICATION = "verification"
-    FINAL = "final"
-    STATE = "state"
-    HANDOFF = "handoff"
-    OTHER = "other"
-
-
 class Tone(enum.StrEnum):
-    """How an entry reads: its word is always written (``tone_word``), colour only repeats it."""
+    """How an entry reads, as its line's class ``tone-<value>``: the colour only repeats what the
+    summary says in words."""
 
     OK = "ok"
     BAD = "bad"
@@ -52,7 +40,6 @@ class Entry:
     sequence: int
     event: str
     proposal_id: str | None
-    phase: Phase
     tone: Tone
     summary: str
     details: Mapping[str, Any]
@@ -101,7 +88,7 @@ class StepGroup:
         return " · ".join(parts)
 
 
-Summary = Callable[[Mapping[str, Any]], tuple[Phase, Tone, str]]
+Summary = Callable[[Mapping[str, Any]], tuple[Tone, str]]
 
 
 def _s(details: Mapping[str, Any], key: str, default: str = "?") -> str:
@@ -113,68 +100,68 @@ def _status_tone(status: str) -> Tone:
     return {"succeeded": Tone.OK, "unknown": Tone.WARN}.get(status, Tone.BAD)
 
 
-def _planner(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _planner(d: Mapping[str, Any]) -> tuple[Tone, str]:
     what = {"tool": "a tool call", "final": "a final answer"}.get(_s(d, "kind"), _s(d, "kind"))
-    return Phase.PLANNER, Tone.INFO, f"Planner proposed {what} ({_s(d, 'source')})"
+    return Tone.INFO, f"Planner proposed {what} ({_s(d, 'source')})"
 
 
-def _received(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _received(d: Mapping[str, Any]) -> tuple[Tone, str]:
     untrusted = d.get("cites_untrusted") or []
     text = f"Proposal: {_s(d, 'tool')} v{_s(d, 'version')}"
     if untrusted:
         cited = ", ".join(str(u) for u in untrusted)
-        return Phase.GATE, Tone.WARN, f"{text}, derived from untrusted content ({cited})"
-    return Phase.GATE, Tone.INFO, text
+        return Tone.WARN, f"{text}, derived from untrusted content ({cited})"
+    return Tone.INFO, text
 
 
 def _layer(name: str, ok: tuple[str, ...]) -> Summary:
-    def summary(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+    def summary(d: Mapping[str, Any]) -> tuple[Tone, str]:
         result = _s(d, "result", "passed")
         tone = Tone.OK if result in ok else Tone.WARN
-        return Phase.GATE, tone, f"Gate · {name}: {result}"
+        return tone, f"Gate · {name}: {result}"
 
     return summary
 
 
-def _rejected(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
-    return Phase.GATE, Tone.BAD, f"Gate · rejected at {_s(d, 'layer')}: {_s(d, 'code')}"
+def _rejected(d: Mapping[str, Any]) -> tuple[Tone, str]:
+    return Tone.BAD, f"Gate · rejected at {_s(d, 'layer')}: {_s(d, 'code')}"
 
 
-def _decided(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _decided(d: Mapping[str, Any]) -> tuple[Tone, str]:
     decision = _s(d, "decision")
     tone = Tone.OK if decision == "approved" else Tone.BAD
-    return Phase.CONFIRMATION, tone, f"Confirmation {decision} by {_s(d, 'by')}"
+    return tone, f"Confirmation {decision} by {_s(d, 'by')}"
 
 
-def _completed(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _completed(d: Mapping[str, Any]) -> tuple[Tone, str]:
     status = _s(d, "status")
     text = f"Tool {_s(d, 'tool')} {status} in {_s(d, 'duration_ms')} ms"
     if d.get("code"):
         text += f" ({d['code']})"
-    return Phase.TOOL, _status_tone(status), text
+    return _status_tone(status), text
 
 
-def _validated(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _validated(d: Mapping[str, Any]) -> tuple[Tone, str]:
     if not d.get("valid", True):
-        return Phase.VERIFICATION, Tone.BAD, "Verification: output invalid"
+        return Tone.BAD, "Verification: output invalid"
     verified = "post-condition verified" if d.get("verified") else "no post-condition"
-    return Phase.VERIFICATION, Tone.OK, f"Verification: output valid, {verified}"
+    return Tone.OK, f"Verification: output valid, {verified}"
 
 
-def _final(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _final(d: Mapping[str, Any]) -> tuple[Tone, str]:
     cited = ", ".join(str(c) for c in d.get("citations") or []) or "nothing"
-    return Phase.FINAL, Tone.OK, f"Final answer validated (cites {cited})"
+    return Tone.OK, f"Final answer validated (cites {cited})"
 
 
-def _stopped(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
+def _stopped(d: Mapping[str, Any]) -> tuple[Tone, str]:
     status = _s(d, "status")
     tone = Tone.OK if status == "completed" else Tone.BAD if status == "failed" else Tone.WARN
-    return Phase.STATE, tone, f"Run stopped: {_s(d, 'reason')} ({status})"
+    return tone, f"Run stopped: {_s(d, 'reason')} ({status})"
 
 
-def _fixed(phase: Phase, tone: Tone, text: str) -> Summary:
-    def summary(d: Mapping[str, Any]) -> tuple[Phase, Tone, str]:
-        return phase, tone, text.format_map(_Missing(d))
+def _fixed(tone: Tone, text: str) -> Summary:
+    def summary(d: Mapping[str, Any]) -> tuple[Tone, str]:
+        return tone, text.format_map(_Missing(d))
 
     return summary
 
@@ -186,41 +173,38 @@ class _Missing(dict[str, Any]):
         return "?"
 
 
+# The gate's layers: each one's event, its name, and the results that pass it.
+_LAYERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    ev.PROPOSAL_SCHEMA_VALIDATED: ("schema", ("passed",)),
+    ev.POLICY_CAPABILITY_CHECKED: ("authorization", ("granted",)),
+    ev.POLICY_CONFIRMATION_CHECKED: ("confirmation", ("not-required", "confirmed")),
+}
+
 _SUMMARIES: dict[str, Summary] = {
-    ev.RUN_CREATED: _fixed(
-        Phase.RUN, Tone.INFO, "Run created (planner {planner}, {grants} grants)"
-    ),
-    ev.RUN_STARTED: _fixed(Phase.RUN, Tone.INFO, "Run started"),
-    ev.STATE_TRANSITIONED: _fixed(Phase.STATE, Tone.INFO, "State: {from} → {to}"),
+    ev.RUN_CREATED: _fixed(Tone.INFO, "Run created (planner {planner}, {grants} grants)"),
+    ev.RUN_STARTED: _fixed(Tone.INFO, "Run started"),
+    ev.STATE_TRANSITIONED: _fixed(Tone.INFO, "State: {from} → {to}"),
     ev.PLANNER_OUTPUT: _planner,
     ev.PROPOSAL_RECEIVED: _received,
-    ev.PROPOSAL_SCHEMA_VALIDATED: _layer("schema", ("passed",)),
-    ev.POLICY_CAPABILITY_CHECKED: _layer("authorization", ("granted",)),
-    ev.POLICY_CONFIRMATION_CHECKED: _layer("confirmation", ("not-required", "confirmed")),
+    **{event: _layer(name, ok) for event, (name, ok) in _LAYERS.items()},
     ev.PROPOSAL_REJECTED: _rejected,
-    ev.PROPOSAL_WAITING_CONFIRMATION: _fixed(
-        Phase.CONFIRMATION, Tone.WARN, "Waiting for a confirmation ({code})"
-    ),
-    ev.PROPOSAL_LOOP_DETECTED: _fixed(
-        Phase.GATE, Tone.BAD, "Loop detected: {code} ({count} repeats)"
-    ),
+    ev.PROPOSAL_WAITING_CONFIRMATION: _fixed(Tone.WARN, "Waiting for a confirmation ({code})"),
+    ev.PROPOSAL_LOOP_DETECTED: _fixed(Tone.BAD, "Loop detected: {code} ({count} repeats)"),
     ev.CONFIRMATION_DECIDED: _decided,
-    ev.TOOL_STARTED: _fixed(Phase.TOOL, Tone.INFO, "Tool {tool} v{version} started"),
+    ev.TOOL_STARTED: _fixed(Tone.INFO, "Tool {tool} v{version} started"),
     ev.TOOL_COMPLETED: _completed,
-    ev.TOOL_RETRYING: _fixed(Phase.TOOL, Tone.WARN, "Tool {tool} retrying (attempt {attempt})"),
-    ev.TOOL_RECOVERED: _fixed(Phase.TOOL, Tone.WARN, "Tool {tool} recovered ({how})"),
+    ev.TOOL_RETRYING: _fixed(Tone.WARN, "Tool {tool} retrying (attempt {attempt})"),
+    ev.TOOL_RECOVERED: _fixed(Tone.WARN, "Tool {tool} recovered ({how})"),
     ev.TOOL_RESULT_VALIDATED: _validated,
-    ev.TOOL_VERIFICATION_FAILED: _fixed(
-        Phase.VERIFICATION, Tone.BAD, "Verification failed: {code}"
-    ),
+    ev.TOOL_VERIFICATION_FAILED: _fixed(Tone.BAD, "Verification failed: {code}"),
     ev.FINAL_VALIDATED: _final,
-    ev.FINAL_REJECTED: _fixed(Phase.FINAL, Tone.BAD, "Final answer rejected: {code}"),
-    ev.RUN_CANCEL_REQUESTED: _fixed(Phase.STATE, Tone.WARN, "Cancel requested by {by}"),
+    ev.FINAL_REJECTED: _fixed(Tone.BAD, "Final answer rejected: {code}"),
+    ev.RUN_CANCEL_REQUESTED: _fixed(Tone.WARN, "Cancel requested by {by}"),
     ev.RUN_STOPPED: _stopped,
-    ev.HANDOFF_OPENED: _fixed(Phase.HANDOFF, Tone.WARN, "Handoff opened: {reason}"),
-    ev.HANDOFF_CLAIMED: _fixed(Phase.HANDOFF, Tone.INFO, "Handoff claimed by {by}"),
-    ev.HANDOFF_RESOLVED: _fixed(Phase.HANDOFF, Tone.INFO, "Handoff resolved: {action} by {by}"),
-    ev.RUN_VALUES_ERASED: _fixed(Phase.OTHER, Tone.MUTED, "Values erased at the user's request"),
+    ev.HANDOFF_OPENED: _fixed(Tone.WARN, "Handoff opened: {reason}"),
+    ev.HANDOFF_CLAIMED: _fixed(Tone.INFO, "Handoff claimed by {by}"),
+    ev.HANDOFF_RESOLVED: _fixed(Tone.INFO, "Handoff resolved: {action} by {by}"),
+    ev.RUN_VALUES_ERASED: _fixed(Tone.MUTED, "Values erased at the user's request"),
 }
 
 
@@ -229,12 +213,11 @@ def describe(event: Mapping[str, Any]) -> Entry:
     details = event.get("details") or {}
     name = str(event["event"])
     summary = _SUMMARIES.get(name)
-    phase, tone, text = summary(details) if summary else (Phase.OTHER, Tone.MUTED, name)
+    tone, text = summary(details) if summary else (Tone.MUTED, name)
     return Entry(
         sequence=int(event["sequence"]),
         event=name,
         proposal_id=event.get("proposal_id"),
-        phase=phase,
         tone=tone,
         summary=text,
         details=details,
@@ -247,14 +230,11 @@ def _fold(group: StepGroup, entry: Entry) -> None:
     if entry.event == ev.PROPOSAL_RECEIVED:
         group.tool = f"{_s(d, 'tool')} v{_s(d, 'version')}"
         group.passed, group.rejected = [], None  # a resumed proposal passes the gate again
-    elif entry.event == ev.PROPOSAL_SCHEMA_VALIDATED:
-        group.passed.append("schema")
-    elif entry.event in (ev.POLICY_CAPABILITY_CHECKED, ev.POLICY_CONFIRMATION_CHECKED):
-        if entry.tone is Tone.OK:
-            layer = (
-                "authorization" if entry.event == ev.POLICY_CAPABILITY_CHECKED else "confirmation"
-            )
-            group.passed.append(layer)
+    elif entry.event in _LAYERS:
+        # The schema layer counts as passed whatever its result (as before; its one emitter,
+        # runs.domain.decide, writes it only on a pass and with no result).
+        if entry.tone is Tone.OK or entry.event == ev.PROPOSAL_SCHEMA_VALIDATED:
+            group.passed.append(_LAYERS[entry.event][0])
     elif entry.event in (ev.PROPOSAL_REJECTED, ev.PROPOSAL_LOOP_DETECTED, ev.FINAL_REJECTED):
         default = {ev.PROPOSAL_LOOP_DETECTED: "loop guard", ev.FINAL_REJECTED: "final"}
         group.rejected = (_s(d, "layer", default.get(entry.event, "?")), _s(d, "code"))

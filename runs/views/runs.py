@@ -60,9 +60,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @domain_errors
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     detail = cs.run_detail(user=request.user, run_id=run_id)  # NOT_FOUND: 404
-    return render(
-        request, "console/runs/detail.html", {"d": detail, "run": detail.run, "form": CancelForm()}
-    )
+    return render(request, "console/runs/detail.html", {"d": detail, "run": detail.run})
 
 
 @require_POST

@@ -179,6 +179,7 @@
     var fresh = doc.querySelector("[data-run-page]");
     if (!fresh) return;
     root.setAttribute("data-status", fresh.getAttribute("data-status") || "");
+    root.setAttribute("data-finished", fresh.getAttribute("data-finished") || "false");
     doc.querySelectorAll("[data-live-section]").forEach(function (node) {
       var name = node.getAttribute("data-live-section");
       var mine = root.querySelector("[data-live-section='" + name + "']");
@@ -196,7 +197,7 @@
   }
 
   function finished() {
-    return ["completed", "failed", "cancelled"].indexOf(root.getAttribute("data-status")) >= 0;
+    return root.getAttribute("data-finished") === "true"; // the server's word (machine.TERMINAL)
   }
 
   // Time left, counted down between server reads.
@@ -230,9 +231,7 @@
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (body) {
         if (!body) return;
-        receive(body.results.map(function (e) {
-          return { sequence: e.sequence, event: e.event, proposal_id: e.proposal_id, details: e.details };
-        }));
+        receive(body.results);
         if (body.next_after !== null) poll(); // more than a page behind: read on at once
       })
       .catch(function () {});
