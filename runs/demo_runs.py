@@ -39,14 +39,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from runs.context import RunsContext
+from runs.domain.budgets import MAX_DEADLINE_MS
 from runs.domain.machine import Status
 from runs.limits import RunLimits
 from runs.models import Run
 from runs.scenarios import Scenario, run_scenario
 from runs.tools import demo_partner
-
-# The longest a RunBudgets deadline may be (its own schema's ceiling).
-_BUDGET_DEADLINE_CEILING_MS = 7 * 24 * 3600 * 1000
 
 SEARCH = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20}
 ANSWER = "同一任务最多自动重试三次，随后进入隔离队列。(Three retries, then quarantine.)"  # noqa: RUF001
@@ -95,7 +93,7 @@ def _confirmed(name: str, key: str, value: str, **extra: Any) -> dict[str, Any]:
 def waiting_deadline_ms() -> int:
     """The longest deadline a run may have here (0 switches the limit off: the schema's)."""
     ceiling = RunLimits.from_settings().max_deadline_ms
-    return min(ceiling, _BUDGET_DEADLINE_CEILING_MS) if ceiling > 0 else _BUDGET_DEADLINE_CEILING_MS
+    return min(ceiling, MAX_DEADLINE_MS) if ceiling > 0 else MAX_DEADLINE_MS
 
 
 def _scenario(
