@@ -39,6 +39,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from runs.context import RunsContext
+from runs.demo_planner import final, tool
 from runs.domain.budgets import MAX_DEADLINE_MS
 from runs.domain.machine import Status
 from runs.limits import RunLimits
@@ -54,33 +55,15 @@ def _memory_write(subject: str) -> dict[str, Any]:
     return {"capability": "memory:write", "resource_scope": subject, "expires_at_step": 20}
 
 
-def _tool(
-    pid: str, tool: str, arguments: dict[str, Any], sources: list[str], reason: str = ""
-) -> dict[str, Any]:
-    out = {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": tool,
-        "tool_version": "1",
-        "arguments": arguments,
-        "source_observation_ids": sources,
-    }
-    return {**out, "reason_summary": reason} if reason else out
-
-
-def _final(answer: str, cites: list[str]) -> dict[str, Any]:
-    return {"kind": "final", "answer": answer, "citation_observation_ids": cites}
-
-
 def _search(pid: str = "p1") -> dict[str, Any]:
     # "重试耗尽后怎么办" finds the forum post whose text tells the planner to save preferences.
-    return _tool(pid, "search_public", {"query": "重试耗尽后怎么办"}, ["user-1"], "检索公开规则")
+    return tool(pid, "search_public", {"query": "重试耗尽后怎么办"}, ["user-1"], "检索公开规则")
 
 
 def _save(
     pid: str, key: str, value: str, sources: list[str], reason: str = "", **extra: Any
 ) -> dict[str, Any]:
-    return _tool(pid, "save_preference", {"key": key, "value": value, **extra}, sources, reason)
+    return tool(pid, "save_preference", {"key": key, "value": value, **extra}, sources, reason)
 
 
 def _confirmed(name: str, key: str, value: str, **extra: Any) -> dict[str, Any]:
@@ -133,7 +116,7 @@ def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> di
     planner = [
         _search(),
         _save("p2", key, value, ["tool-1"], reason="来自检索文本的建议"),
-        _final(ANSWER, ["tool-1"]),
+        final(ANSWER, ["tool-1"]),
     ]
     return _scenario(goal, [SEARCH, _memory_write("alice")], planner, budgets=budgets)
 
@@ -169,7 +152,7 @@ def _history() -> dict[str, Any]:
     return _scenario(
         "Cite inline. No, footnotes. Actually, endnotes please.",
         [_memory_write("alice")],
-        [*saves, _final("Saved: citations as endnotes.", ["tool-3"])],
+        [*saves, final("Saved: citations as endnotes.", ["tool-3"])],
         confirmations=[
             _confirmed(f"style-{s}", "citation_style", s, **v)
             for s, v in zip(styles, versions, strict=True)
@@ -178,7 +161,7 @@ def _history() -> dict[str, Any]:
 
 
 def _loop() -> dict[str, Any]:
-    repeat = _tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
+    repeat = tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
     return _scenario(
         "Keep checking the quarantine queue until something changes.",
         [SEARCH],
@@ -192,7 +175,7 @@ def _cancelled() -> dict[str, Any]:
     return _scenario(
         "Save footnote citations (cancelled while it waited)",
         [_memory_write("alice")],
-        [save, _final("Saved.", ["tool-1"])],
+        [save, final("Saved.", ["tool-1"])],
         human=[{"action": "cancel", "reason": "changed my mind"}],
     )
 
@@ -200,18 +183,18 @@ def _cancelled() -> dict[str, Any]:
 def _unknown() -> dict[str, Any]:
     message = "Shipment 4711 is in the quarantine queue after three retries."
     grant = {"capability": demo_partner.CAPABILITY, "resource_scope": "*", "expires_at_step": 4}
-    notify = _tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
+    notify = tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
     return _scenario(
         "Tell the logistics partner that shipment 4711 is quarantined.",
         [grant],
-        [notify, _final("Partner notified.", ["tool-1"])],
+        [notify, final("Partner notified.", ["tool-1"])],
         subject="bob",
     )
 
 
 def _research() -> dict[str, Any]:
-    search = _tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
-    answer = _final("Three automatic retries, then the quarantine queue.", ["tool-1"])
+    search = tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
+    answer = final("Three automatic retries, then the quarantine queue.", ["tool-1"])
     return _scenario("What is the retry policy?", [SEARCH], [search, answer], subject="bob")
 
 
