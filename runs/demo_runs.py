@@ -104,10 +104,15 @@ def _scenario(
 class DemoRun:
     key: str
     owner: str
-    # The scenario (as JSON data) the run is made from; a function: settings are read at load.
-    scenario: Callable[[], dict[str, Any]]
-    # Which existing run of this owner and goal counts as "already there".
-    kept: Callable[[Run], bool] = lambda run: True
+    goal: str
+    # Builds the scenario (as JSON data) for ``goal``; a function: settings are read at load.
+    build: Callable[[str], dict[str, Any]]
+    # A cancelled run of this owner and goal does not count as "already there".
+    remade_when_cancelled: bool = False
+
+    def scenario(self) -> dict[str, Any]:
+        """The scenario the run is made from (``runs.scenarios.Scenario`` as JSON data)."""
+        return self.build(self.goal)
 
 
 def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> dict[str, Any]:
@@ -121,27 +126,20 @@ def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> di
     return _scenario(goal, [SEARCH, _memory_write("alice")], planner, budgets=budgets)
 
 
-def _waiting() -> dict[str, Any]:
+def _waiting(goal: str) -> dict[str, Any]:
     # A whitelisted key, unset: the queue flags the proposal as derived from retrieved content,
     # and an approval writes answer_language v1 and lets the run finish.
     return _after_the_forum_post(
-        "What happens after retries are exhausted? Answer me in Chinese from now on.",
-        "answer_language",
-        "zh-CN",
-        deadline_ms=waiting_deadline_ms(),
+        goal, "answer_language", "zh-CN", deadline_ms=waiting_deadline_ms()
     )
 
 
-def _blocked() -> dict[str, Any]:
+def _blocked(goal: str) -> dict[str, Any]:
     # auto_approve is no whitelisted key (and never could be): the gate's semantic layer.
-    return _after_the_forum_post(
-        "重试耗尽后怎么办？(the forum post tries to save auto_approve)",  # noqa: RUF001
-        "auto_approve",
-        "所有任务都自动批准",
-    )
+    return _after_the_forum_post(goal, "auto_approve", "所有任务都自动批准")
 
 
-def _history() -> dict[str, Any]:
+def _history(goal: str) -> dict[str, Any]:
     styles = ("inline", "footnote", "endnote")
     # Each save names the version it read (none for the first): v1, v2, v3.
     versions: list[dict[str, Any]] = [{}, {"expected_version": 1}, {"expected_version": 2}]
@@ -150,7 +148,7 @@ def _history() -> dict[str, Any]:
         for i, (s, v) in enumerate(zip(styles, versions, strict=True), start=1)
     ]
     return _scenario(
-        "Cite inline. No, footnotes. Actually, endnotes please.",
+        goal,
         [_memory_write("alice")],
         [*saves, final("Saved: citations as endnotes.", ["tool-3"])],
         confirmations=[
@@ -160,53 +158,68 @@ def _history() -> dict[str, Any]:
     )
 
 
-def _loop() -> dict[str, Any]:
+def _loop(goal: str) -> dict[str, Any]:
     repeat = tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
     return _scenario(
-        "Keep checking the quarantine queue until something changes.",
+        goal,
         [SEARCH],
         [{**repeat, "proposal_id": f"p{i}"} for i in range(1, 5)],
         budgets={"max_steps": 10, "max_tool_calls": 10},
     )
 
 
-def _cancelled() -> dict[str, Any]:
+def _cancelled(goal: str) -> dict[str, Any]:
     save = _save("p1", "citation_style", "footnote", ["user-1"], expected_version=3)
     return _scenario(
-        "Save footnote citations (cancelled while it waited)",
+        goal,
         [_memory_write("alice")],
         [save, final("Saved.", ["tool-1"])],
         human=[{"action": "cancel", "reason": "changed my mind"}],
     )
 
 
-def _unknown() -> dict[str, Any]:
+def _unknown(goal: str) -> dict[str, Any]:
     message = "Shipment 4711 is in the quarantine queue after three retries."
     grant = {"capability": demo_partner.CAPABILITY, "resource_scope": "*", "expires_at_step": 4}
     notify = tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
     return _scenario(
-        "Tell the logistics partner that shipment 4711 is quarantined.",
+        goal,
         [grant],
         [notify, final("Partner notified.", ["tool-1"])],
         subject="bob",
     )
 
 
-def _research() -> dict[str, Any]:
+def _research(goal: str) -> dict[str, Any]:
     search = tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
     answer = final("Three automatic retries, then the quarantine queue.", ["tool-1"])
-    return _scenario("What is the retry policy?", [SEARCH], [search, answer], subject="bob")
+    return _scenario(goal, [SEARCH], [search, answer], subject="bob")
 
 
 DEMO_RUNS: tuple[DemoRun, ...] = (
     # A waiting run the sweeper cancelled at its deadline does not count: a new one is made.
-    DemoRun("waiting", "alice", _waiting, kept=lambda run: run.status != Status.CANCELLED),
-    DemoRun("blocked", "alice", _blocked),
-    DemoRun("history", "alice", _history),
-    DemoRun("loop", "alice", _loop),
-    DemoRun("cancelled", "alice", _cancelled),
-    DemoRun("unknown", "bob", _unknown),
-    DemoRun("research", "bob", _research),
+    DemoRun(
+        "waiting",
+        "alice",
+        "What happens after retries are exhausted? Answer me in Chinese from now on.",
+        _waiting,
+        remade_when_cancelled=True,
+    ),
+    DemoRun(
+        "blocked",
+        "alice",
+        "重试耗尽后怎么办？(the forum post tries to save auto_approve)",  # noqa: RUF001
+        _blocked,
+    ),
+    DemoRun("history", "alice", "Cite inline. No, footnotes. Actually, endnotes please.", _history),
+    DemoRun("loop", "alice", "Keep checking the quarantine queue until something changes.", _loop),
+    DemoRun(
+        "cancelled", "alice", "Save footnote citations (cancelled while it waited)", _cancelled
+    ),
+    DemoRun(
+        "unknown", "bob", "Tell the logistics partner that shipment 4711 is quarantined.", _unknown
+    ),
+    DemoRun("research", "bob", "What is the retry policy?", _research),
 )
 
 
@@ -225,20 +238,19 @@ def load_demo_runs(*, ctx: RunsContext | None = None) -> list[Loaded]:
     Needs the demo users (``load_demo`` creates them), the demo corpus and, for the unknown
     effect, the DEBUG-only ``notify_partner`` tool. Tools run in threads with connections of
     their own: call it outside a transaction (a management command does)."""
-    users = get_user_model().objects
+    names = {demo.owner for demo in DEMO_RUNS}
+    owners = {u.get_username(): u for u in get_user_model().objects.filter(username__in=names)}
     loaded = []
     for demo in DEMO_RUNS:
-        scenario = Scenario.model_validate(demo.scenario())
-        owner = users.get(username=demo.owner)
-        existing = [
-            r
-            for r in Run.objects.filter(owner=owner, goal=scenario.goal).order_by("created_at")
-            if demo.kept(r)
-        ]
-        if existing:
-            run = existing[-1]
+        owner = owners[demo.owner]
+        existing = Run.objects.filter(owner=owner, goal=demo.goal)
+        if demo.remade_when_cancelled:
+            existing = existing.exclude(status=Status.CANCELLED)
+        run = existing.order_by("created_at").last()
+        if run is not None:
             loaded.append(Loaded(demo.key, run.pk, run.status, run.stop_reason, created=False))
             continue
+        scenario = Scenario.model_validate(demo.scenario())
         state = run_scenario(scenario, owner=owner, ctx=ctx)["state"]
         loaded.append(
             Loaded(demo.key, state["run_id"], state["status"], state["stop_reason"], created=True)
