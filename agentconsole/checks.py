@@ -10,8 +10,10 @@ from django.contrib.auth import get_user_model
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError
 
-# The accounts ``load_demo`` creates, each with its user name as password (see load_demo.py).
-DEMO_PASSWORDS = {name: name for name in ("operator", "reviewer", "alice", "bob", "admin")}
+from runs.demo_users import DEMO_USERS
+
+# The accounts ``load_demo`` creates, each with its user name as password (runs/demo_users.py).
+DEMO_PASSWORDS = {name: name for name, _role, _what in DEMO_USERS}
 
 
 def demo_accounts_with_demo_password() -> list[str]:

@@ -12,9 +12,7 @@ page that does not answer 200 is an error in the results, never a figure.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import os
 import time
 import uuid
@@ -22,8 +20,7 @@ from typing import Any
 
 from bench import stack as st
 from bench.harness import Context, percentile
-from bench.trace_latency import _latencies, _run_all
-from bench.ws_clients import _WsClients
+from bench.trace_latency import _latencies, _measure
 
 DETAIL_EVENTS = 1_000
 DETAIL_PATH = "/runs/{run_id}/"
@@ -32,9 +29,9 @@ DETAIL_PATH = "/runs/{run_id}/"
 EVENTS_PER_SEARCH = 8
 
 
-def _run_with_events(owner: Any, tag: str, events: int) -> tuple[str, int]:
+def _run_with_events(owner: Any, tag: str, events: int) -> tuple[str, int, int]:
     """A run advanced to its end in-process by the real runner, with at least ``events`` trace
-    events: (run id, its event count)."""
+    events: (run id, its event count, its search steps)."""
     from runs import services
 
     searches = events // EVENTS_PER_SEARCH
@@ -42,29 +39,7 @@ def _run_with_events(owner: Any, tag: str, events: int) -> tuple[str, int]:
     state = services.run_advance(run_id=state.run_id)
     if state is None:
         raise RuntimeError("the run's lease was taken: nothing else should advance it")
-    return state.run_id, state.trace_seq
-
-
-def _time_gets(client: Any, path: str, warm: int, reps: int) -> tuple[list[float], int, int]:
-    """``warm`` untimed and ``reps`` timed GETs of ``path``: (times in ms, queries, bytes)."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    for _ in range(warm):
-        response = client.get(path)
-        if response.status_code != 200:
-            raise RuntimeError(
-                f"GET {path}: {response.status_code} (is the page built on this branch? "
-                f"BENCH_RUN_DETAIL_PATH names another one)"
-            )
-    times = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        client.get(path)
-        times.append((time.perf_counter() - started) * 1000)
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(path)
-    return times, len(captured.captured_queries), len(response.content)
+    return state.run_id, state.trace_seq, searches
 
 
 def bench_console_run_detail_ms(ctx: Context, *, reps: int = 30, warm: int = 3) -> dict[str, Any]:
@@ -78,19 +53,21 @@ def bench_console_run_detail_ms(ctx: Context, *, reps: int = 30, warm: int = 3) 
     st._load_corpus()
     owner, _token = st._user(f"bench-detail-{tag}", "user")
     made = time.monotonic()
-    run_id, events = _run_with_events(owner, tag, DETAIL_EVENTS)
+    run_id, events, searches = _run_with_events(owner, tag, DETAIL_EVENTS)
     made_s = time.monotonic() - made
     path = os.environ.get("BENCH_RUN_DETAIL_PATH", DETAIL_PATH).format(run_id=run_id)
     client = Client()
     client.force_login(owner)
     try:
-        times, queries, size = _time_gets(client, path, warm, reps)
+        hint = "(is the page built on this branch? BENCH_RUN_DETAIL_PATH names another one)"
+        times, captured, response = st._time_get(client, path, warm, reps, hint)
     finally:
         connections.close_all()
+    queries, size = len(captured), len(response.content)
     observations = m.Observation.objects.filter(run_id=run_id).count()
     how = (
         f"one run of {events} trace events and {observations} observations, made by real "
-        f"runner steps in-process ({events // EVENTS_PER_SEARCH} search_public steps over the "
+        f"runner steps in-process ({searches} search_public steps over the "
         f"demo corpus + a final; {made_s:.1f} s), {ctx.vendor}. django.test.Client in-process, "
         f"signed in as the run's owner (session): {warm} warm-ups then {reps} timed GETs of "
         f"{path.replace(run_id, '<id>')}; the clock spans client.get() (URL resolving, "
@@ -109,53 +86,19 @@ def bench_console_run_detail_ms(ctx: Context, *, reps: int = 30, warm: int = 3) 
     }
 
 
-def _order_and_gaps(records: list[list[Any]], after: int, last: int) -> dict[str, Any]:
-    """What one client received, in receipt order: counts, lost, duplicates, order kept."""
+def _counts(
+    records: list[list[Any]], written: int, delivered: int, duplicates: int, unmatched: int
+) -> dict[str, Any]:
+    """What one client received, in receipt order: counts, lost, duplicates, order kept
+    (``delivered``, ``duplicates``, ``unmatched``: as ``_latencies`` counted them)."""
     seqs = [seq for _client, seq, _event, _t in records]
-    unique = set(seqs)
-    written = set(range(after + 1, last + 1))
     return {
-        "written": len(written),
+        "written": written,
         "received": len(seqs),
-        "lost": len(written - unique),
-        "duplicates": len(seqs) - len(unique),
+        "lost": written - delivered - unmatched,
+        "duplicates": duplicates,
         "order_kept": all(a < b for a, b in itertools.pairwise(seqs)),
     }
-
-
-def _follow(
-    ctx: Context, owner_token: str, run_id: str, after: int, cap_at: float
-) -> dict[str, Any]:
-    """Daphne, one websocket client in a child process, one runner thread: run, then drain."""
-    from django.db import connections
-
-    from runs import models as m
-
-    out: dict[str, Any] = {"commits": {run_id: []}, "rings": [], "errors": []}
-    env = st._env(ctx)
-    with contextlib.ExitStack() as stack:
-        stack.callback(st._redis_cleanup, ctx, f"keepup-{run_id}", [run_id])
-        port = st._start_daphne(stack, env)
-        uri = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/trace/?after={after}"
-        client = _WsClients([(uri, owner_token)], {**env, "LOG_LEVEL": "WARNING"})
-        stack.callback(client.stop)
-        report = json.loads(client.expect("ready", timeout=60).split(" ", 1)[1])
-        if report["unconnected"]:
-            raise RuntimeError(f"the websocket client did not connect: {report['errors']}")
-        out["advance_s"], out["cancelled"] = _run_all(
-            [run_id], out["commits"], out["rings"], out["errors"], cap_at
-        )
-        last = m.Run.objects.values_list("trace_seq", flat=True).get(pk=run_id)
-        connections.close_all()
-        drained = time.monotonic()
-        while client.received() < last - after and time.monotonic() - drained < st.DRAIN_S:
-            time.sleep(0.1)
-        out["drain_s"] = time.monotonic() - drained
-        out["t_end"] = time.time()
-        out["records"] = client.finish()
-        out["last"] = last
-    connections.close_all()
-    return out
 
 
 def bench_console_trace_keepup(ctx: Context, *, searches: int = 250) -> dict[str, Any]:
@@ -169,19 +112,32 @@ def bench_console_trace_keepup(ctx: Context, *, searches: int = 250) -> dict[str
     owner, token = st._user(f"bench-keepup-{tag}", "user")
     state = st._search_run(subject=f"bench-keepup-{tag}", owner=owner, searches=searches, tag=tag)
     connections.close_all()
-    got = _follow(ctx, token, state.run_id, state.trace_seq, cap_at=started + budget - 20)
-    counts = _order_and_gaps(got["records"], state.trace_seq, got["last"])
-    lags, _delivered, _dups, _unmatched = _latencies(
+    run_id, after = state.run_id, {state.run_id: state.trace_seq}
+    got = _measure(
+        ctx,
+        f"keepup-{run_id}",
+        [(owner, token)],
+        [run_id],
+        after,
+        cap_at=started + budget - 20,
+        drain_at=started + budget - 10,
+        clients=1,
+    )
+    if not got["connected"]:
+        raise RuntimeError(f"the websocket client did not connect: {got['connect_note']}")
+    lags, delivered, duplicates, unmatched = _latencies(
         got["records"],
         got["commits"],
-        [state.run_id],
-        [0],
-        {state.run_id: state.trace_seq},
-        {state.run_id: got["last"]},
+        got["client_run"],
+        got["watching"],
+        after,
+        got["final_seq"],
         got["t_end"],
     )
     if not lags:
         raise RuntimeError(f"nothing received; errors: {got['errors'][:3]}")
+    written = got["final_seq"][run_id] - state.trace_seq
+    counts = _counts(got["records"], written, delivered, duplicates, unmatched)
     steps_per_s = (searches + 1) / got["advance_s"] if got["advance_s"] else float("nan")
     how = (
         f"daphne (one process), {st._layer(ctx)}, {ctx.vendor}; one run of {searches} "

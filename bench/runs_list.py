@@ -11,6 +11,7 @@ from bench.harness import Context, percentile
 from bench.stack import (
     _budget,
     _ms,
+    _time_get,
     _user,
 )
 
@@ -127,37 +128,22 @@ def _time_pages(
     client: Any, pages: dict[str, str], warm: int, reps: int
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """Per page: ``warm`` untimed GETs, ``reps`` timed ones, one with its queries captured."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from runs import models as m
 
     out: dict[str, Any] = {}
     plans: dict[str, list[str]] = {}
     for name, path in pages.items():
-        for _ in range(warm):
-            response = client.get(path)
-            if response.status_code != 200:
-                raise RuntimeError(f"GET {path}: {response.status_code} {response.content!r}")
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            response = client.get(path)
-            times.append((time.perf_counter() - t) * 1000)
-        with CaptureQueriesContext(connection) as captured:
-            response = client.get(path)
+        times, queries, response = _time_get(client, path, warm, reps)
         rows_on_page = len(response.json()["results"])
         p95 = percentile(times, 95)
         out[name] = {
             "p95": round(p95, 2),
             **_ms(times),
             "rows_on_page": rows_on_page,
-            "queries": len(captured.captured_queries),
+            "queries": len(queries),
         }
         if p95 > 100:
-            selects = [
-                q["sql"] for q in captured.captured_queries if m.Run._meta.db_table in q["sql"]
-            ]
+            selects = [q["sql"] for q in queries if m.Run._meta.db_table in q["sql"]]
             if selects:
                 plans[name] = _plan(selects[-1])
     return out, plans

@@ -373,3 +373,26 @@ def _counting(
 
 def _ms(values: list[float]) -> dict[str, float]:
     return {k: (round(v, 2) if k != "n" else v) for k, v in summary(values).items()}
+
+
+def _time_get(
+    client: Any, path: str, warm: int, reps: int, hint: str = ""
+) -> tuple[list[float], list[dict[str, Any]], Any]:
+    """``warm`` untimed GETs of ``path`` (each must answer 200; ``hint`` says why one may not),
+    ``reps`` timed ones, then one with its queries captured: (times in ms, its queries, its
+    response)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for _ in range(warm):
+        response = client.get(path)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET {path}: {response.status_code} {hint or response.content!r}")
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        client.get(path)
+        times.append((time.perf_counter() - started) * 1000)
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(path)
+    return times, captured.captured_queries, response

@@ -184,15 +184,18 @@ def _measure(
     after: dict[str, int],
     cap_at: float,
     drain_at: float,
+    clients: int = N_CLIENTS,
 ) -> dict[str, Any]:
-    """Daphne, the clients, the runner threads, the drain: everything the figure is made of.
-    ``cap_at`` / ``drain_at`` (monotonic): when to cut the runs short / stop waiting."""
+    """Daphne, ``clients`` websocket clients, the runner threads, the drain: everything the
+    figure is made of. ``owners[i]`` (user, token) owns ``run_ids[i]``. ``cap_at`` /
+    ``drain_at`` (monotonic): when to cut the runs short / stop waiting."""
     from django.db import connections
 
     from runs import models as m
 
-    # Client c watches run c % 20 with the run owner's token: 5 clients per run.
-    client_run = [run_ids[c % N_RUNS] for c in range(N_CLIENTS)]
+    # Client c watches run c % len(run_ids) with the run owner's token (5 per run for the
+    # trace figure: 100 clients, 20 runs).
+    client_run = [run_ids[c % len(run_ids)] for c in range(clients)]
     out: dict[str, Any] = {"commits": {r: [] for r in run_ids}, "rings": [], "errors": []}
     env = _env(ctx)
     with (
@@ -207,14 +210,14 @@ def _measure(
         specs = [
             (
                 f"ws://127.0.0.1:{port}/ws/runs/{client_run[c]}/trace/?after={after[client_run[c]]}",
-                owners[c % N_RUNS][1],
+                owners[c % len(run_ids)][1],
             )
-            for c in range(N_CLIENTS)
+            for c in range(clients)
         ]
-        clients = _WsClients(specs, {**env, "LOG_LEVEL": "WARNING"})
-        stack.callback(clients.stop)
-        report = json.loads(clients.expect("ready", timeout=150).split(" ", 1)[1])
-        watching = [c for c in range(N_CLIENTS) if c not in set(report["unconnected"])]
+        ws = _WsClients(specs, {**env, "LOG_LEVEL": "WARNING"})
+        stack.callback(ws.stop)
+        report = json.loads(ws.expect("ready", timeout=150).split(" ", 1)[1])
+        watching = [c for c in range(clients) if c not in set(report["unconnected"])]
         time.sleep(1.5)  # let every consumer's first periodic catch-up pass
         advance_s, cancelled = _run_all(
             run_ids, out["commits"], out["rings"], out["errors"], cap_at
@@ -226,11 +229,11 @@ def _measure(
         expected = sum(final_seq[client_run[c]] - after[client_run[c]] for c in watching)
         t_drain = time.monotonic()
         drain_cap = max(3.0, min(DRAIN_S, drain_at - time.monotonic()))
-        while clients.received() < expected and time.monotonic() - t_drain < drain_cap:
+        while ws.received() < expected and time.monotonic() - t_drain < drain_cap:
             time.sleep(0.25)
         drain_s = time.monotonic() - t_drain
         t_end = time.time()
-        records = clients.finish()
+        records = ws.finish()
     connections.close_all()
     out.update(
         client_run=client_run,

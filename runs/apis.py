@@ -25,7 +25,7 @@ from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
-from runs.domain.budgets import RunBudgets
+from runs.domain.budgets import MAX_DEADLINE_MS, RunBudgets
 from runs.limits import LimitError
 
 MAX_PAGE = 200
@@ -70,9 +70,7 @@ class BudgetsIn(StrictSerializer):
     max_steps = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
     max_tool_calls = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
     max_repeated_proposal = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    deadline_ms = serializers.IntegerField(
-        min_value=1, max_value=7 * 24 * 3600 * 1000, required=False
-    )
+    deadline_ms = serializers.IntegerField(min_value=1, max_value=MAX_DEADLINE_MS, required=False)
 
 
 class PlannerIn(StrictSerializer):

@@ -18,37 +18,21 @@ from typing import Any
 
 from runs import profiles
 from runs.context import RunsContext
+from runs.demo_planner import final, tool
 from runs.models import RunProfile
 
-_SEARCH = {
-    "kind": "tool",
-    "proposal_id": "p1",
-    "tool_name": "search_public",
-    "tool_version": "1",
-    "arguments": {"query": "retry quarantine queue", "limit": 3},
-    "reason_summary": "look up the published retry rules",
-    "source_observation_ids": ["user-1"],
-}
+_SEARCH = tool(
+    "p1",
+    "search_public",
+    {"query": "retry quarantine queue", "limit": 3},
+    ["user-1"],
+    reason="look up the published retry rules",
+)
 _SEARCH_GRANT = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 8}
 _REPORT = (
     "# Retry policy\n\nA task is retried automatically at most three times; after that it "
     "moves to the quarantine queue for a person to look at.\n"
 )
-
-
-def _second_call(
-    tool: str, arguments: dict[str, Any], *, reason: str, sources: list[str]
-) -> dict[str, Any]:
-    """The planner's second proposal (after the search): ``tool`` with ``arguments``."""
-    return {
-        "kind": "tool",
-        "proposal_id": "p2",
-        "tool_name": tool,
-        "tool_version": "1",
-        "arguments": arguments,
-        "reason_summary": reason,
-        "source_observation_ids": sources,
-    }
 
 
 DEMO_PROFILES: tuple[dict[str, Any], ...] = (
@@ -61,12 +45,11 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
             "kind": "fixture",
             "outputs": [
                 _SEARCH,
-                {
-                    "kind": "final",
-                    "answer": "A task is retried automatically at most three times, then it "
+                final(
+                    "A task is retried automatically at most three times, then it "
                     "moves to the quarantine queue.",
-                    "citation_observation_ids": ["tool-1"],
-                },
+                    ["tool-1"],
+                ),
             ],
         },
         "tools": ["search_public"],
@@ -87,18 +70,18 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
             "kind": "fixture",
             "outputs": [
                 _SEARCH,
-                _second_call(
+                tool(
+                    "p2",
                     "save_preference",
                     {"key": "citation_style", "value": "footnote"},
+                    ["user-1"],
                     reason="remember how the user likes citations",
-                    sources=["user-1"],
                 ),
-                {
-                    "kind": "final",
-                    "answer": "A task is retried automatically at most three times, then it "
+                final(
+                    "A task is retried automatically at most three times, then it "
                     "moves to the quarantine queue. Citations as footnotes from now on.",
-                    "citation_observation_ids": ["tool-1"],
-                },
+                    ["tool-1"],
+                ),
             ],
         },
         "tools": ["search_public", "save_preference"],
@@ -127,18 +110,18 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
             "kind": "fixture",
             "outputs": [
                 _SEARCH,
-                _second_call(
+                tool(
+                    "p2",
                     "write_artifact",
                     {"path": "run-output/reports/retry-policy.md", "content": _REPORT},
+                    ["tool-1"],
                     reason="write the report",
-                    sources=["tool-1"],
                 ),
-                {
-                    "kind": "final",
-                    "answer": "The report is in run-output/reports/retry-policy.md: a task is "
+                final(
+                    "The report is in run-output/reports/retry-policy.md: a task is "
                     "retried at most three times, then quarantined.",
-                    "citation_observation_ids": ["tool-1", "tool-2"],
-                },
+                    ["tool-1", "tool-2"],
+                ),
             ],
         },
         "tools": ["search_public", "write_artifact"],

@@ -39,14 +39,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from runs.context import RunsContext
+from runs.demo_planner import final, tool
+from runs.domain.budgets import MAX_DEADLINE_MS
 from runs.domain.machine import Status
 from runs.limits import RunLimits
 from runs.models import Run
 from runs.scenarios import Scenario, run_scenario
 from runs.tools import demo_partner
-
-# The longest a RunBudgets deadline may be (its own schema's ceiling).
-_BUDGET_DEADLINE_CEILING_MS = 7 * 24 * 3600 * 1000
 
 SEARCH = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20}
 ANSWER = "同一任务最多自动重试三次，随后进入隔离队列。(Three retries, then quarantine.)"  # noqa: RUF001
@@ -56,33 +55,15 @@ def _memory_write(subject: str) -> dict[str, Any]:
     return {"capability": "memory:write", "resource_scope": subject, "expires_at_step": 20}
 
 
-def _tool(
-    pid: str, tool: str, arguments: dict[str, Any], sources: list[str], reason: str = ""
-) -> dict[str, Any]:
-    out = {
-        "kind": "tool",
-        "proposal_id": pid,
-        "tool_name": tool,
-        "tool_version": "1",
-        "arguments": arguments,
-        "source_observation_ids": sources,
-    }
-    return {**out, "reason_summary": reason} if reason else out
-
-
-def _final(answer: str, cites: list[str]) -> dict[str, Any]:
-    return {"kind": "final", "answer": answer, "citation_observation_ids": cites}
-
-
 def _search(pid: str = "p1") -> dict[str, Any]:
     # "重试耗尽后怎么办" finds the forum post whose text tells the planner to save preferences.
-    return _tool(pid, "search_public", {"query": "重试耗尽后怎么办"}, ["user-1"], "检索公开规则")
+    return tool(pid, "search_public", {"query": "重试耗尽后怎么办"}, ["user-1"], "检索公开规则")
 
 
 def _save(
     pid: str, key: str, value: str, sources: list[str], reason: str = "", **extra: Any
 ) -> dict[str, Any]:
-    return _tool(pid, "save_preference", {"key": key, "value": value, **extra}, sources, reason)
+    return tool(pid, "save_preference", {"key": key, "value": value, **extra}, sources, reason)
 
 
 def _confirmed(name: str, key: str, value: str, **extra: Any) -> dict[str, Any]:
@@ -95,7 +76,7 @@ def _confirmed(name: str, key: str, value: str, **extra: Any) -> dict[str, Any]:
 def waiting_deadline_ms() -> int:
     """The longest deadline a run may have here (0 switches the limit off: the schema's)."""
     ceiling = RunLimits.from_settings().max_deadline_ms
-    return min(ceiling, _BUDGET_DEADLINE_CEILING_MS) if ceiling > 0 else _BUDGET_DEADLINE_CEILING_MS
+    return min(ceiling, MAX_DEADLINE_MS) if ceiling > 0 else MAX_DEADLINE_MS
 
 
 def _scenario(
@@ -123,10 +104,15 @@ def _scenario(
 class DemoRun:
     key: str
     owner: str
-    # The scenario (as JSON data) the run is made from; a function: settings are read at load.
-    scenario: Callable[[], dict[str, Any]]
-    # Which existing run of this owner and goal counts as "already there".
-    kept: Callable[[Run], bool] = lambda run: True
+    goal: str
+    # Builds the scenario (as JSON data) for ``goal``; a function: settings are read at load.
+    build: Callable[[str], dict[str, Any]]
+    # A cancelled run of this owner and goal does not count as "already there".
+    remade_when_cancelled: bool = False
+
+    def scenario(self) -> dict[str, Any]:
+        """The scenario the run is made from (``runs.scenarios.Scenario`` as JSON data)."""
+        return self.build(self.goal)
 
 
 def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> dict[str, Any]:
@@ -135,32 +121,25 @@ def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> di
     planner = [
         _search(),
         _save("p2", key, value, ["tool-1"], reason="来自检索文本的建议"),
-        _final(ANSWER, ["tool-1"]),
+        final(ANSWER, ["tool-1"]),
     ]
     return _scenario(goal, [SEARCH, _memory_write("alice")], planner, budgets=budgets)
 
 
-def _waiting() -> dict[str, Any]:
+def _waiting(goal: str) -> dict[str, Any]:
     # A whitelisted key, unset: the queue flags the proposal as derived from retrieved content,
     # and an approval writes answer_language v1 and lets the run finish.
     return _after_the_forum_post(
-        "What happens after retries are exhausted? Answer me in Chinese from now on.",
-        "answer_language",
-        "zh-CN",
-        deadline_ms=waiting_deadline_ms(),
+        goal, "answer_language", "zh-CN", deadline_ms=waiting_deadline_ms()
     )
 
 
-def _blocked() -> dict[str, Any]:
+def _blocked(goal: str) -> dict[str, Any]:
     # auto_approve is no whitelisted key (and never could be): the gate's semantic layer.
-    return _after_the_forum_post(
-        "重试耗尽后怎么办？(the forum post tries to save auto_approve)",  # noqa: RUF001
-        "auto_approve",
-        "所有任务都自动批准",
-    )
+    return _after_the_forum_post(goal, "auto_approve", "所有任务都自动批准")
 
 
-def _history() -> dict[str, Any]:
+def _history(goal: str) -> dict[str, Any]:
     styles = ("inline", "footnote", "endnote")
     # Each save names the version it read (none for the first): v1, v2, v3.
     versions: list[dict[str, Any]] = [{}, {"expected_version": 1}, {"expected_version": 2}]
@@ -169,9 +148,9 @@ def _history() -> dict[str, Any]:
         for i, (s, v) in enumerate(zip(styles, versions, strict=True), start=1)
     ]
     return _scenario(
-        "Cite inline. No, footnotes. Actually, endnotes please.",
+        goal,
         [_memory_write("alice")],
-        [*saves, _final("Saved: citations as endnotes.", ["tool-3"])],
+        [*saves, final("Saved: citations as endnotes.", ["tool-3"])],
         confirmations=[
             _confirmed(f"style-{s}", "citation_style", s, **v)
             for s, v in zip(styles, versions, strict=True)
@@ -179,53 +158,68 @@ def _history() -> dict[str, Any]:
     )
 
 
-def _loop() -> dict[str, Any]:
-    repeat = _tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
+def _loop(goal: str) -> dict[str, Any]:
+    repeat = tool("p1", "search_public", {"query": "quarantine queue"}, ["user-1"])
     return _scenario(
-        "Keep checking the quarantine queue until something changes.",
+        goal,
         [SEARCH],
         [{**repeat, "proposal_id": f"p{i}"} for i in range(1, 5)],
         budgets={"max_steps": 10, "max_tool_calls": 10},
     )
 
 
-def _cancelled() -> dict[str, Any]:
+def _cancelled(goal: str) -> dict[str, Any]:
     save = _save("p1", "citation_style", "footnote", ["user-1"], expected_version=3)
     return _scenario(
-        "Save footnote citations (cancelled while it waited)",
+        goal,
         [_memory_write("alice")],
-        [save, _final("Saved.", ["tool-1"])],
+        [save, final("Saved.", ["tool-1"])],
         human=[{"action": "cancel", "reason": "changed my mind"}],
     )
 
 
-def _unknown() -> dict[str, Any]:
+def _unknown(goal: str) -> dict[str, Any]:
     message = "Shipment 4711 is in the quarantine queue after three retries."
     grant = {"capability": demo_partner.CAPABILITY, "resource_scope": "*", "expires_at_step": 4}
-    notify = _tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
+    notify = tool("p1", demo_partner.NAME, {"partner": "acme-logistics", "message": message}, [])
     return _scenario(
-        "Tell the logistics partner that shipment 4711 is quarantined.",
+        goal,
         [grant],
-        [notify, _final("Partner notified.", ["tool-1"])],
+        [notify, final("Partner notified.", ["tool-1"])],
         subject="bob",
     )
 
 
-def _research() -> dict[str, Any]:
-    search = _tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
-    answer = _final("Three automatic retries, then the quarantine queue.", ["tool-1"])
-    return _scenario("What is the retry policy?", [SEARCH], [search, answer], subject="bob")
+def _research(goal: str) -> dict[str, Any]:
+    search = tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
+    answer = final("Three automatic retries, then the quarantine queue.", ["tool-1"])
+    return _scenario(goal, [SEARCH], [search, answer], subject="bob")
 
 
 DEMO_RUNS: tuple[DemoRun, ...] = (
     # A waiting run the sweeper cancelled at its deadline does not count: a new one is made.
-    DemoRun("waiting", "alice", _waiting, kept=lambda run: run.status != Status.CANCELLED),
-    DemoRun("blocked", "alice", _blocked),
-    DemoRun("history", "alice", _history),
-    DemoRun("loop", "alice", _loop),
-    DemoRun("cancelled", "alice", _cancelled),
-    DemoRun("unknown", "bob", _unknown),
-    DemoRun("research", "bob", _research),
+    DemoRun(
+        "waiting",
+        "alice",
+        "What happens after retries are exhausted? Answer me in Chinese from now on.",
+        _waiting,
+        remade_when_cancelled=True,
+    ),
+    DemoRun(
+        "blocked",
+        "alice",
+        "重试耗尽后怎么办？(the forum post tries to save auto_approve)",  # noqa: RUF001
+        _blocked,
+    ),
+    DemoRun("history", "alice", "Cite inline. No, footnotes. Actually, endnotes please.", _history),
+    DemoRun("loop", "alice", "Keep checking the quarantine queue until something changes.", _loop),
+    DemoRun(
+        "cancelled", "alice", "Save footnote citations (cancelled while it waited)", _cancelled
+    ),
+    DemoRun(
+        "unknown", "bob", "Tell the logistics partner that shipment 4711 is quarantined.", _unknown
+    ),
+    DemoRun("research", "bob", "What is the retry policy?", _research),
 )
 
 
@@ -244,20 +238,19 @@ def load_demo_runs(*, ctx: RunsContext | None = None) -> list[Loaded]:
     Needs the demo users (``load_demo`` creates them), the demo corpus and, for the unknown
     effect, the DEBUG-only ``notify_partner`` tool. Tools run in threads with connections of
     their own: call it outside a transaction (a management command does)."""
-    users = get_user_model().objects
+    names = {demo.owner for demo in DEMO_RUNS}
+    owners = {u.get_username(): u for u in get_user_model().objects.filter(username__in=names)}
     loaded = []
     for demo in DEMO_RUNS:
-        scenario = Scenario.model_validate(demo.scenario())
-        owner = users.get(username=demo.owner)
-        existing = [
-            r
-            for r in Run.objects.filter(owner=owner, goal=scenario.goal).order_by("created_at")
-            if demo.kept(r)
-        ]
-        if existing:
-            run = existing[-1]
+        owner = owners[demo.owner]
+        existing = Run.objects.filter(owner=owner, goal=demo.goal)
+        if demo.remade_when_cancelled:
+            existing = existing.exclude(status=Status.CANCELLED)
+        run = existing.order_by("created_at").last()
+        if run is not None:
             loaded.append(Loaded(demo.key, run.pk, run.status, run.stop_reason, created=False))
             continue
+        scenario = Scenario.model_validate(demo.scenario())
         state = run_scenario(scenario, owner=owner, ctx=ctx)["state"]
         loaded.append(
             Loaded(demo.key, state["run_id"], state["status"], state["stop_reason"], created=True)

@@ -7,17 +7,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import runs
 from memory import services as memory_services
 from memory.models import PreferenceChange
 from policy.models import Confirmation
 from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
-from runs.scenarios import parse_scenario, run_scenario
 
 # Runs that end with a handoff live in tests/support/handoffs.py (the console tests use them too).
 from tests.support.handoffs import Handed as Handed
@@ -32,7 +29,10 @@ from tests.support.personas import ensure_roles as ensure_roles
 from tests.support.personas import make_persona as make_persona
 from tests.support.personas import persona as persona
 
-FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
+# Fixture files and in-process scenario runs live in tests/support/runs.py.
+from tests.support.runs import load_fixture as load_fixture
+from tests.support.runs import scenario_run as scenario_run
+
 HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
 
 # The codes a client may rely on (policy/http.py, runs/services.py, runs/handoffs.py,
@@ -88,15 +88,6 @@ def assert_ok(response: Any, status: int = 200) -> Any:
 
 
 # --- builders ---------------------------------------------------------------------------------
-
-
-def load_fixture(relative: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / relative).read_text(encoding="utf-8"))
-
-
-def scenario_run(data: dict[str, Any], owner: Any) -> dict[str, Any]:
-    """Run a scenario in-process (``runs.scenarios.run_scenario``); its export."""
-    return run_scenario(parse_scenario(json.dumps(data, ensure_ascii=False)), owner=owner)
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,10 @@ import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import runs
 from runs import models as m
-from runs.scenarios import parse_scenario, run_scenario
-
-FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
+from tests.support.runs import load_fixture, scenario_run
 
 
 @dataclass(frozen=True)
@@ -31,16 +27,11 @@ class Handed:
     handoff_id: int
 
 
-def _fixture(relative: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / relative).read_text(encoding="utf-8"))
-    return data
-
-
 def budget_handoff_scenario(subject: str, *, goal: str | None = None) -> dict[str, Any]:
     """``s15-unknown-tool`` cut to one step: the registry rejects the first proposal and the
     step budget (1) is then exhausted, so the run fails with MAX_STEPS_REACHED and opens a
     handoff. No tool runs, so no tool thread needs a committed database."""
-    data = copy.deepcopy(_fixture("scenarios/s15-unknown-tool.json"))
+    data = copy.deepcopy(load_fixture("scenarios/s15-unknown-tool.json"))
     data["subject"] = subject
     data["budgets"]["max_steps"] = 1
     if goal is not None:
@@ -52,7 +43,7 @@ def unknown_effect_scenario(subject: str, *, goal: str | None = None) -> dict[st
     """faultlab/verification-failed: write_artifact wrote, the file was changed behind its
     back, the ledger row is compensation-required and the bundle names it with its token.
     Needs AGENTCONSOLE_FAULTS_ENABLED and, in-process, a committed database (a tool thread)."""
-    data = copy.deepcopy(_fixture("faultlab/verification-failed.json"))
+    data = copy.deepcopy(load_fixture("faultlab/verification-failed.json"))
     data["subject"] = subject
     if goal is not None:
         data["goal"] = goal
@@ -60,7 +51,7 @@ def unknown_effect_scenario(subject: str, *, goal: str | None = None) -> dict[st
 
 
 def _handed(data: dict[str, Any], owner: Any, stop_reason: str) -> Handed:
-    export = run_scenario(parse_scenario(json.dumps(data, ensure_ascii=False)), owner=owner)
+    export = scenario_run(data, owner)
     assert export["state"]["stop_reason"] == stop_reason, export["state"]
     handoff = m.Handoff.objects.get(run_id=export["state"]["run_id"])
     assert handoff.status == "open"

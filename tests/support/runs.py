@@ -13,8 +13,21 @@ from django.core.management import call_command
 
 import runs
 from runs.corpus import demo_corpus_dir, document_load
+from runs.scenarios import parse_scenario, run_scenario
 
-SCENARIO_DIR = Path(runs.__file__).resolve().parent / "fixtures" / "scenarios"
+FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
+SCENARIO_DIR = FIXTURES / "scenarios"
+
+
+def load_fixture(relative: str) -> dict[str, Any]:
+    """A file under runs/fixtures/ (``relative`` to it) as JSON data."""
+    data: dict[str, Any] = json.loads((FIXTURES / relative).read_text(encoding="utf-8"))
+    return data
+
+
+def scenario_run(data: dict[str, Any], owner: Any) -> dict[str, Any]:
+    """Run a scenario in-process (``runs.scenarios.run_scenario``); its export."""
+    return run_scenario(parse_scenario(json.dumps(data, ensure_ascii=False)), owner=owner)
 
 
 class ExportedRun:

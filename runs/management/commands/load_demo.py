@@ -25,15 +25,7 @@ from agentconsole import wiring
 from runs.corpus import demo_corpus_dir, document_load
 from runs.demo_profiles import load_demo_profiles
 from runs.demo_runs import load_demo_runs
-
-DEMO_USERS = (
-    # (username, role, what they may do)
-    ("operator", "operator", "approves or declines pending confirmations"),
-    ("reviewer", "reviewer", "claims and resolves handoffs"),
-    ("alice", "user", "starts runs, owns her runs and preferences"),
-    ("bob", "user", "another user: sees his own runs, never alice's"),
-    ("admin", "admin", "everything, and the Django admin"),
-)
+from runs.demo_users import DEMO_USERS
 
 
 class Command(BaseCommand):
