@@ -264,8 +264,6 @@ def confirmation_decide(
             # Lost the race: another person's decision committed first (its compare-and-set
             # on the run matched, ours matched nothing). Say who, read after their commit.
             raise policy_services.confirmation_refusal(confirmation_id=row.pk) from exc
-        if reason:
-            policy_services.confirmation_note_reason(confirmation_id=row.pk, reason=reason)
         if enqueue:
             _enqueue_on_commit(state.run_id)
     return state
