@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.domain.preferences import KeyPolicy
+from memory.domain.preferences import KeyPolicy, change_payload
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
 from memory.policies import memory_policies
 from policy.domain.errors import NotFound
@@ -113,12 +113,12 @@ def change_review(*, change_id: int, subject: str) -> ChangeReview:
             .last()
         )
     current = PreferenceRecord.objects.filter(subject=subject, key=change.key).first()
-    hashed = {
-        "subject": change.subject,
-        "key": change.key,
-        "value": change.proposed_value,
-        "expectedVersion": change.expected_version,
-    }
+    hashed = change_payload(
+        subject=change.subject,
+        key=change.key,
+        value=change.proposed_value,
+        expected_version=change.expected_version,
+    )
     return ChangeReview(change, old_value, current, hashed)
 
 
