@@ -70,7 +70,10 @@ def preferences_overview(*, subject: str) -> list[KeyState]:
     """Every key of the subject: whitelisted ones (set or not), and any with a record or a history.
     Two queries whatever the number of keys (records, history)."""
     policies = memory_policies()
-    records = {r.key: r for r in PreferenceRecord.objects.filter(subject=subject)}
+    records = {
+        r.key: r
+        for r in PreferenceRecord.objects.filter(subject=subject).select_related("revoked_by")
+    }
     history: dict[str, list[PreferenceHistory]] = {}
     for row in PreferenceHistory.objects.filter(subject=subject).order_by("key", "-version", "-id"):
         history.setdefault(row.key, []).append(row)
