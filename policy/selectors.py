@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,10 +9,16 @@ from typing import Any
 
 from django.db.models import F
 
-from policy.domain.canonical import canonical, per_run_confirmation_hash, proposal_hash
+from policy.domain.canonical import (
+    canonical,
+    per_run_confirmation_hash,
+    pretty_json,
+    proposal_hash,
+)
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
+from policy.domain.observations import TrustLabel
 from policy.domain.redaction import shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
@@ -21,7 +26,6 @@ from policy.models import Grant
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
 FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
-UNTRUSTED = "untrusted-content"
 
 # The runs side of provenance (runs.selectors.cited_observations), handed down by the page:
 # {run_id: cited ids} -> {(run_id, observation_id): {"kind", "trust", "step", "content"}}.
@@ -127,7 +131,7 @@ class CitedSource:
 
     @property
     def untrusted(self) -> bool:
-        return self.trust == UNTRUSTED
+        return self.trust == TrustLabel.UNTRUSTED_CONTENT
 
 
 @dataclass(frozen=True)
@@ -243,15 +247,11 @@ def _cited_ids(proposal: Any, *, ordered: bool = False) -> Collection[str]:
     return list(dict.fromkeys(ids)) if ordered else set(ids)
 
 
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-
-
 def _shown(arguments: Any) -> tuple[ShownArgument, ...]:
     pairs = arguments.items() if isinstance(arguments, dict) else [("(arguments)", arguments)]
     out = []
     for name, value in sorted(pairs, key=lambda pair: str(pair[0])):
-        text = _pretty(value)
+        text = pretty_json(value)
         folded = len(text) > FOLD_AT or "\n" in text
         preview = text.replace("\n", " ")[:60] + ("…" if folded else "")
         out.append(ShownArgument(name=str(name), text=text, folded=folded, preview=preview))
@@ -262,5 +262,5 @@ def _source(observation_id: str, row: Mapping[str, Any] | None) -> CitedSource:
     if row is None:
         return CitedSource(observation_id, "missing", "", None, "")
     return CitedSource(
-        observation_id, row["trust"], row["kind"], row["step"], _pretty(row["content"])
+        observation_id, row["trust"], row["kind"], row["step"], pretty_json(row["content"])
     )
