@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,7 +13,7 @@ from policy.domain.canonical import (
     canonical,
     per_run_confirmation_hash,
     pretty_json,
-    proposal_hash,
+    proposal_hash_from_canonical,
 )
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
@@ -202,9 +202,8 @@ def _queue_item(
     registered = registry.get(row.tool_name, row.tool_version)
     raw = _arguments(proposal)
     shown = shown_arguments(raw)
-    sources = tuple(
-        _source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal, ordered=True)
-    )
+    exact = canonical(shown, row.hash_scheme)
+    sources = tuple(_source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal))
     return QueueItem(
         confirmation_id=row.pk,
         run_id=row.run_id,
@@ -219,20 +218,22 @@ def _queue_item(
         requested_at=row.requested_at,
         reason_summary=str(proposal.get("reason_summary") or ""),
         arguments=_shown(shown),
-        exact=canonical(shown, row.hash_scheme),
-        binding=_binding(row, shown, masked=shown is not raw),
+        exact=exact,
+        binding=_binding(row, exact, masked=shown is not raw),
         sources=sources,
         derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
     )
 
 
-def _binding(row: Any, shown: Any, *, masked: bool) -> str:
+def _binding(row: Any, exact: str, *, masked: bool) -> str:
+    """What the hash binds; ``exact`` is the shown arguments' canonical text in the row's scheme
+    (the wrapper's canonical text is the same concatenation in c1 and c2)."""
     scheme = row.hash_scheme
     if row.proposal_hash == per_run_confirmation_hash(row.tool_name, row.tool_version, scheme):
         return "run"
     if masked:
         return "masked"
-    if row.proposal_hash == proposal_hash(row.tool_name, row.tool_version, shown, scheme):
+    if row.proposal_hash == proposal_hash_from_canonical(row.tool_name, row.tool_version, exact):
         return "call"
     return "mismatch"
 
@@ -241,10 +242,12 @@ def _arguments(proposal: Any) -> Any:
     return proposal.get("arguments") if isinstance(proposal, dict) else None
 
 
-def _cited_ids(proposal: Any, *, ordered: bool = False) -> Collection[str]:
+def _cited_ids(proposal: Any) -> list[str]:
+    """The observation ids a proposal cites, in its order, each once."""
     ids = proposal.get("source_observation_ids") if isinstance(proposal, dict) else None
-    ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
-    return list(dict.fromkeys(ids)) if ordered else set(ids)
+    if not isinstance(ids, list):
+        return []
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
 def _shown(arguments: Any) -> tuple[ShownArgument, ...]:
