@@ -135,8 +135,9 @@ def preference_active_record(*, subject: str, key: str) -> PreferenceRecord:
     return record
 
 
-def _require_administrator(by: Any) -> None:
-    # Memory administration is for operators and admins; to anyone else it does not exist.
+def require_administrator(*, by: Any) -> None:
+    """Memory administration is for operators and admins; to anyone else it does not exist
+    (NOT_FOUND, never a refusal that would disclose it)."""
     if not is_operator(by):
         raise NotFound("no such page")
 
@@ -165,7 +166,7 @@ def memory_admin_search(
     """Records whose subject starts with ``subject`` and whose key is ``key`` (either may be
     empty: any), in (subject, key) order, ``limit`` at a time after ``after`` (keyset: one
     query whatever the page, on the (subject, key) unique index)."""
-    _require_administrator(by)
+    require_administrator(by=by)
     rows = PreferenceRecord.objects.order_by("subject", "key")
     if subject:
         rows = rows.filter(subject__startswith=subject)
@@ -196,7 +197,7 @@ class AdminEntry:
 def memory_admin_entry(*, by: Any, subject: str, key: str) -> AdminEntry:
     """One (subject, key): the record and its whole audit trail, newest first; NOT_FOUND when
     neither exists."""
-    _require_administrator(by)
+    require_administrator(by=by)
     record = (
         PreferenceRecord.objects.select_related("revoked_by")
         .filter(subject=subject, key=key)
