@@ -19,7 +19,6 @@ from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, user_or_none
-from policy.services import ConfirmationNotPending as ConfirmationNotPending  # its callers
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
