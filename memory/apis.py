@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from agentconsole import wiring
 from memory import services
-from memory.models import PreferenceChange, PreferenceRecord
+from memory.models import MAX_VERSION, PreferenceChange, PreferenceRecord
 from policy.http import StrictSerializer, validated
 from policy.roles import is_admin
 
@@ -59,9 +59,8 @@ class PreferenceList(APIView):
 class ChangeIn(StrictSerializer):
     key = serializers.CharField(max_length=64)
     value = serializers.CharField(max_length=512)
-    # The version column is a PositiveIntegerField: beyond its range is bad input, not a 500.
     expected_version = serializers.IntegerField(
-        min_value=0, max_value=2**31 - 1, required=False, allow_null=True
+        min_value=0, max_value=MAX_VERSION, required=False, allow_null=True
     )
 
 

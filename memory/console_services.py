@@ -10,10 +10,16 @@ from typing import Any
 
 from memory.domain.preferences import ChangeStatus
 from memory.models import PreferenceChange, PreferenceRecord
+from memory.selectors import require_administrator
 from memory.services import MemoryError, preference_revoke_record, preferences_erase
 from policy.domain.errors import NotFound
-from policy.roles import is_operator
 from runs.context import RunsContext
+
+
+class EraseConfirmationMismatch(MemoryError):
+    """The typed text is not the person's user name: nothing is erased."""
+
+    code = "ERASE_CONFIRMATION_MISMATCH"
 
 
 def preference_cancel_edit(*, change_id: int, subject: str) -> None:
@@ -34,10 +40,7 @@ def preferences_erase_confirmed(
     """Erase everything of ``subject`` once its owner typed their user name exactly; any other
     text is ERASE_CONFIRMATION_MISMATCH and nothing is touched."""
     if typed != by.get_username():
-        raise MemoryError(
-            "Type your user name exactly to erase your preferences.",
-            code="ERASE_CONFIRMATION_MISMATCH",
-        )
+        raise EraseConfirmationMismatch("Type your user name exactly to erase your preferences.")
     return preferences_erase(subject=subject, by=by, ctx=ctx)
 
 
@@ -47,8 +50,7 @@ def memory_admin_revoke(
     """Memory administration revokes a subject's preference. Operators and admins only (to
     anyone else the entry does not exist); a reason is required and lands in the audit trail;
     the version shown must still be the current one."""
-    if not is_operator(by):
-        raise NotFound("no active preference with this key", key=key)
+    require_administrator(by=by)
     reason = reason.strip()
     if not reason:
         raise MemoryError("Say why the preference is revoked.", code="MEMORY_REASON_REQUIRED")

@@ -10,9 +10,9 @@ from typing import Any
 
 from django import forms
 
+from memory.models import MAX_VERSION
+
 HASH = r"^[0-9a-f]{64}$"
-# Versions are PositiveIntegerField: a larger number is bad input, not a database error.
-MAX_VERSION = 2**31 - 1
 
 
 class ProposeForm(forms.Form):

@@ -14,6 +14,9 @@ from django.db.models import Q
 
 from memory.domain.preferences import ChangeStatus
 
+# Versions are PositiveIntegerField: a larger number is bad input (forms, API), not a 500.
+MAX_VERSION = 2**31 - 1
+
 
 class PreferenceRecord(models.Model):
     subject = models.CharField(max_length=128)

@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.domain.preferences import KeyPolicy
+from memory.domain.preferences import KeyPolicy, change_payload
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
 from memory.policies import memory_policies
 from policy.domain.errors import NotFound
@@ -70,7 +70,10 @@ def preferences_overview(*, subject: str) -> list[KeyState]:
     """Every key of the subject: whitelisted ones (set or not), and any with a record or a history.
     Two queries whatever the number of keys (records, history)."""
     policies = memory_policies()
-    records = {r.key: r for r in PreferenceRecord.objects.filter(subject=subject)}
+    records = {
+        r.key: r
+        for r in PreferenceRecord.objects.filter(subject=subject).select_related("revoked_by")
+    }
     history: dict[str, list[PreferenceHistory]] = {}
     for row in PreferenceHistory.objects.filter(subject=subject).order_by("key", "-version", "-id"):
         history.setdefault(row.key, []).append(row)
@@ -113,12 +116,12 @@ def change_review(*, change_id: int, subject: str) -> ChangeReview:
             .last()
         )
     current = PreferenceRecord.objects.filter(subject=subject, key=change.key).first()
-    hashed = {
-        "subject": change.subject,
-        "key": change.key,
-        "value": change.proposed_value,
-        "expectedVersion": change.expected_version,
-    }
+    hashed = change_payload(
+        subject=change.subject,
+        key=change.key,
+        value=change.proposed_value,
+        expected_version=change.expected_version,
+    )
     return ChangeReview(change, old_value, current, hashed)
 
 
@@ -132,8 +135,9 @@ def preference_active_record(*, subject: str, key: str) -> PreferenceRecord:
     return record
 
 
-def _require_administrator(by: Any) -> None:
-    # Memory administration is for operators and admins; to anyone else it does not exist.
+def require_administrator(*, by: Any) -> None:
+    """Memory administration is for operators and admins; to anyone else it does not exist
+    (NOT_FOUND, never a refusal that would disclose it)."""
     if not is_operator(by):
         raise NotFound("no such page")
 
@@ -162,7 +166,7 @@ def memory_admin_search(
     """Records whose subject starts with ``subject`` and whose key is ``key`` (either may be
     empty: any), in (subject, key) order, ``limit`` at a time after ``after`` (keyset: one
     query whatever the page, on the (subject, key) unique index)."""
-    _require_administrator(by)
+    require_administrator(by=by)
     rows = PreferenceRecord.objects.order_by("subject", "key")
     if subject:
         rows = rows.filter(subject__startswith=subject)
@@ -193,7 +197,7 @@ class AdminEntry:
 def memory_admin_entry(*, by: Any, subject: str, key: str) -> AdminEntry:
     """One (subject, key): the record and its whole audit trail, newest first; NOT_FOUND when
     neither exists."""
-    _require_administrator(by)
+    require_administrator(by=by)
     record = (
         PreferenceRecord.objects.select_related("revoked_by")
         .filter(subject=subject, key=key)

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.domain.preferences import ChangeStatus, KeyPolicy, check_preference
+from memory.domain.preferences import ChangeStatus, KeyPolicy, change_payload, check_preference
 from memory.domain.working import rebuild
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord, WorkingMemoryItem
 from memory.policies import memory_policies
@@ -185,7 +185,7 @@ def preference_propose_edit(
     if violation is not None:
         raise MemoryError(violation[1], code=violation[0])
     proposal_hash = content_hash(
-        {"subject": subject, "key": key, "value": value, "expectedVersion": expected_version}
+        change_payload(subject=subject, key=key, value=value, expected_version=expected_version)
     )
     return PreferenceChange.objects.create(
         subject=subject,

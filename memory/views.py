@@ -159,9 +159,7 @@ def preferences_erase(request: HttpRequest) -> HttpResponse:
             typed=form.cleaned_data["typed"],
             ctx=wiring.context(),
         )
-    except services.MemoryError as exc:
-        if exc.code != "ERASE_CONFIRMATION_MISMATCH":
-            raise
+    except console_services.EraseConfirmationMismatch as exc:
         # The same page again, with the code, so the user can simply type it right.
         return render(request, "console/memory/erase.html", {"error": exc}, status=400)
     messages.success(request, f"Erased {erased} preference(s) and every copy of their values.")

@@ -6,11 +6,11 @@ change only through services and the state machine.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin
 
+from policy.domain.canonical import pretty_json
 from policy.domain.redaction import MASK, redact_fields
 from policy.domain.registry import ToolRegistry
 
@@ -55,4 +55,4 @@ def masked_proposal(proposal: Any, *, registry: ToolRegistry) -> Any:
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return pretty_json(value)

@@ -8,7 +8,6 @@ not open answer 404, as a foreign run does: their existence is not disclosed.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from policy.domain.canonical import canonical
+from policy.domain.canonical import pretty_json as pretty_json  # re-exported for views
 from policy.domain.errors import DomainError
 from policy.status import domain_status
 
@@ -79,8 +79,3 @@ def domain_errors(view: View) -> View:
 def canonical_json(value: Any) -> str:
     """The byte-exact text a hash covers (RFC 8785), for a "show exact bytes" view."""
     return canonical(value)
-
-
-def pretty_json(value: Any) -> str:
-    """Indented JSON for reading (keys sorted, non-ASCII kept)."""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db.models import F
 
-from policy.domain.canonical import canonical, per_run_confirmation_hash, proposal_hash
+from policy.domain.canonical import (
+    canonical,
+    per_run_confirmation_hash,
+    pretty_json,
+    proposal_hash_from_canonical,
+)
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
+from policy.domain.observations import TrustLabel
 from policy.domain.redaction import shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
@@ -21,7 +26,6 @@ from policy.models import Grant
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
 FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
-UNTRUSTED = "untrusted-content"
 
 # The runs side of provenance (runs.selectors.cited_observations), handed down by the page:
 # {run_id: cited ids} -> {(run_id, observation_id): {"kind", "trust", "step", "content"}}.
@@ -127,7 +131,7 @@ class CitedSource:
 
     @property
     def untrusted(self) -> bool:
-        return self.trust == UNTRUSTED
+        return self.trust == TrustLabel.UNTRUSTED_CONTENT
 
 
 @dataclass(frozen=True)
@@ -198,9 +202,8 @@ def _queue_item(
     registered = registry.get(row.tool_name, row.tool_version)
     raw = _arguments(proposal)
     shown = shown_arguments(raw)
-    sources = tuple(
-        _source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal, ordered=True)
-    )
+    exact = canonical(shown, row.hash_scheme)
+    sources = tuple(_source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal))
     return QueueItem(
         confirmation_id=row.pk,
         run_id=row.run_id,
@@ -215,20 +218,22 @@ def _queue_item(
         requested_at=row.requested_at,
         reason_summary=str(proposal.get("reason_summary") or ""),
         arguments=_shown(shown),
-        exact=canonical(shown, row.hash_scheme),
-        binding=_binding(row, shown, masked=shown is not raw),
+        exact=exact,
+        binding=_binding(row, exact, masked=shown is not raw),
         sources=sources,
         derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
     )
 
 
-def _binding(row: Any, shown: Any, *, masked: bool) -> str:
+def _binding(row: Any, exact: str, *, masked: bool) -> str:
+    """What the hash binds; ``exact`` is the shown arguments' canonical text in the row's scheme
+    (the wrapper's canonical text is the same concatenation in c1 and c2)."""
     scheme = row.hash_scheme
     if row.proposal_hash == per_run_confirmation_hash(row.tool_name, row.tool_version, scheme):
         return "run"
     if masked:
         return "masked"
-    if row.proposal_hash == proposal_hash(row.tool_name, row.tool_version, shown, scheme):
+    if row.proposal_hash == proposal_hash_from_canonical(row.tool_name, row.tool_version, exact):
         return "call"
     return "mismatch"
 
@@ -237,21 +242,19 @@ def _arguments(proposal: Any) -> Any:
     return proposal.get("arguments") if isinstance(proposal, dict) else None
 
 
-def _cited_ids(proposal: Any, *, ordered: bool = False) -> Collection[str]:
+def _cited_ids(proposal: Any) -> list[str]:
+    """The observation ids a proposal cites, in its order, each once."""
     ids = proposal.get("source_observation_ids") if isinstance(proposal, dict) else None
-    ids = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
-    return list(dict.fromkeys(ids)) if ordered else set(ids)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    if not isinstance(ids, list):
+        return []
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
 def _shown(arguments: Any) -> tuple[ShownArgument, ...]:
     pairs = arguments.items() if isinstance(arguments, dict) else [("(arguments)", arguments)]
     out = []
     for name, value in sorted(pairs, key=lambda pair: str(pair[0])):
-        text = _pretty(value)
+        text = pretty_json(value)
         folded = len(text) > FOLD_AT or "\n" in text
         preview = text.replace("\n", " ")[:60] + ("…" if folded else "")
         out.append(ShownArgument(name=str(name), text=text, folded=folded, preview=preview))
@@ -262,5 +265,5 @@ def _source(observation_id: str, row: Mapping[str, Any] | None) -> CitedSource:
     if row is None:
         return CitedSource(observation_id, "missing", "", None, "")
     return CitedSource(
-        observation_id, row["trust"], row["kind"], row["step"], _pretty(row["content"])
+        observation_id, row["trust"], row["kind"], row["step"], pretty_json(row["content"])
     )

@@ -18,7 +18,6 @@ from django.utils import timezone
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
-from policy.domain.redaction import redact_secrets
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import Grant
 
@@ -90,14 +89,6 @@ def _refusal(row: ConfirmationRow) -> DomainError:
     )
 
 
-def confirmation_note_reason(*, confirmation_id: str, reason: str) -> None:
-    """The reason the person gave with their decision (secrets in it are masked). Called in
-    the decision's own transaction, after its compare-and-set succeeded."""
-    ConfirmationRow.objects.filter(pk=confirmation_id).update(
-        decision_reason=redact_secrets(reason)
-    )
-
-
 def grants_create(*, run_id: str, grants: Sequence[CapabilityGrant], granted_by: Any) -> None:
     """A new run's grants: trusted input from its creator, bound to the run's id."""
     Grant.objects.bulk_create(
@@ -166,13 +157,19 @@ def confirmation_request(
 
 
 def confirmation_record_decision(
-    *, run_id: str, confirmation_id: str, approved: bool, decided_by: Any
+    *, run_id: str, confirmation_id: str, approved: bool, decided_by: Any, reason: str = ""
 ) -> bool:
-    """pending -> approved/declined; False if it was no longer pending (decided concurrently)."""
+    """pending -> approved/declined, with the reason the person gave (already masked, as in the
+    trace event); False if it was no longer pending (decided concurrently)."""
     status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
     n = ConfirmationRow.objects.filter(
         pk=confirmation_id, run_id=run_id, status=ConfirmationStatus.PENDING.value
-    ).update(status=status.value, decided_at=timezone.now(), decided_by=decided_by)
+    ).update(
+        status=status.value,
+        decided_at=timezone.now(),
+        decided_by=decided_by,
+        decision_reason=reason,
+    )
     return n == 1
 
 

@@ -72,7 +72,7 @@ def _decide(request: HttpRequest, confirmation_id: str, *, approved: bool) -> Ht
         return page_error(
             request, "DECISION_INVALID", f"The decision form is not valid ({field}).", 400
         )
-    reason = form.cleaned_data["reason"].strip()
+    reason = form.cleaned_data["reason"]
     if not approved and not reason:
         return _queue(request, error=DomainError("Say why you decline it.", code="REASON_REQUIRED"))
     try:

@@ -6,13 +6,13 @@ The rules of who may claim or resolve and which commands fit a handoff live in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db.models.functions import Left
 
+from policy.domain.canonical import pretty_json
 from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.handoff import (
@@ -247,9 +247,7 @@ def _effects(run_id: str, named: list[Any]) -> list[Effect]:
 
 def _pretty(value: Any) -> str:
     """Indented JSON for reading (keys sorted, non-ASCII kept); "" for nothing."""
-    if value is None or value == {}:
-        return ""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return "" if value in (None, {}) else pretty_json(value)
 
 
 def _resolution(handoff: m.Handoff) -> Resolution:

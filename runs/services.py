@@ -19,7 +19,6 @@ from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, user_or_none
-from policy.services import ConfirmationNotPending as ConfirmationNotPending  # its callers
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
@@ -264,8 +263,6 @@ def confirmation_decide(
             # Lost the race: another person's decision committed first (its compare-and-set
             # on the run matched, ours matched nothing). Say who, read after their commit.
             raise policy_services.confirmation_refusal(confirmation_id=row.pk) from exc
-        if reason:
-            policy_services.confirmation_note_reason(confirmation_id=row.pk, reason=reason)
         if enqueue:
             _enqueue_on_commit(state.run_id)
     return state

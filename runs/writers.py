@@ -172,9 +172,13 @@ def _write_confirmation_request(commit: Commit, at: At) -> None:
 def _write_confirmation_decision(commit: Commit, at: At) -> None:
     if commit.confirmation_decision is None:
         return
-    cid, approved = commit.confirmation_decision
+    cid, approved, reason = commit.confirmation_decision
     if not policy_services.confirmation_record_decision(
-        run_id=at.run_id, confirmation_id=cid, approved=approved, decided_by=at.decided_by
+        run_id=at.run_id,
+        confirmation_id=cid,
+        approved=approved,
+        decided_by=at.decided_by,
+        reason=reason,
     ):
         raise VersionConflict("confirmation already decided", run_id=at.run_id)
 

@@ -92,3 +92,10 @@ class ChangeStatus(enum.StrEnum):
     CONFLICT = "conflict"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+
+
+def change_payload(
+    *, subject: str, key: str, value: str, expected_version: int | None
+) -> dict[str, Any]:
+    """Exactly what a preference change's hash covers (the confirmation page shows this text)."""
+    return {"subject": subject, "key": key, "value": value, "expectedVersion": expected_version}

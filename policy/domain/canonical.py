@@ -206,3 +206,8 @@ def per_run_confirmation_hash(tool_name: str, tool_version: str, scheme: str = H
 def idempotency_token(run_id: str, proposal_id: str, tool_version: str, args_hash: str) -> str:
     """sha256(runId:proposalId:toolVersion:argumentsHash) — stable across retries and recovery."""
     return sha256_hex(f"{run_id}:{proposal_id}:{tool_version}:{args_hash}")
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON for reading (keys sorted, non-ASCII kept); never hashed."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)

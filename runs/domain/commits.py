@@ -69,8 +69,8 @@ class Commit:
     ledger_settle: LedgerSettle | None = None
     confirmation_request: ConfirmationRequest | None = None
     consume_confirmation: str | None = None
-    # (confirmation_id, approved): applied only while that confirmation is still pending.
-    confirmation_decision: tuple[str, bool] | None = None
+    # (confirmation_id, approved, reason): applied only while that confirmation is still pending.
+    confirmation_decision: tuple[str, bool, str] | None = None
     grant_uses: tuple[str, ...] = ()
     handoff_reason: str | None = None
     # What the handoff is about when the state holds no pending proposal (a loop stop names the

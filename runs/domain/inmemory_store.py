@@ -154,7 +154,7 @@ class InMemoryRunStore:
                 tool_name=r.tool_name,
             )
         if commit.confirmation_decision is not None:
-            cid, approved = commit.confirmation_decision
+            cid, approved, _reason = commit.confirmation_decision
             status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
             confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
         if commit.consume_confirmation is not None:

@@ -67,8 +67,9 @@ def decide_confirmation(
     """A person answered the pending confirmation of this run (with their reason, if any)."""
     b = Builder(state, None)
     pid = proposal_id_of(state.pending_proposal)
-    b.commit.confirmation_decision = (confirmation_id, approved)
-    said = {"reason": reason[:MAX_DECISION_REASON]} if reason else {}
+    reason = reason[:MAX_DECISION_REASON]
+    b.commit.confirmation_decision = (confirmation_id, approved, reason)
+    said = {"reason": reason} if reason else {}
     b.emit(
         ev.CONFIRMATION_DECIDED,
         pid,

@@ -16,9 +16,9 @@ from django.core.management import CommandError, call_command
 import runs
 from policy.domain.errors import NotFound
 from policy.models import Confirmation
+from policy.services import ConfirmationNotPending
 from runs import services
 from runs.domain.machine import Status
-from runs.services import ConfirmationNotPending
 from tests.durable.conftest import PLUGINS
 from tests.durable.durable_kit import Run, advance_in_thread, create, final, run_fixture, start, use
 from tests.support.personas import make_user
