@@ -378,9 +378,9 @@ class HandoffResolve(APIView):
     def post(self, request: Request, handoff_id: int) -> Response:
         _reviewer(request)
         data = validated(ResolveIn, request.data)
-        resolved = handoffs.handoff_resolve_as(
+        resolved = handoffs.handoff_resolve(
             handoff_id=handoff_id,
-            user=request.user,
+            by=request.user,
             user_is_admin=is_admin(request.user),
             action=data["action"],
             reason=data["reason"],
