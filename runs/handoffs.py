@@ -124,8 +124,8 @@ def handoff_resolve(
     result: dict[str, Any] = {"action": action}
     new_status = None
     if action in EFFECT_ACTIONS:
-        if row is None:  # resolution_refusal refused this already; mypy does not know
-            raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
+        # Unreachable: resolution_refusal refused an effect action without a row already.
+        assert row is not None  # noqa: S101
         new_status, outcome = _effect_action(
             action, row, store, ctx, by=actor_name(by), reason=reason, clock=clock
         )
@@ -236,8 +236,8 @@ def _effect_action(
         if outcome.status in (OutcomeStatus.FAILED, OutcomeStatus.REJECTED):
             return LedgerStatus.FAILED, {"effect": "absent", "retried": True, "code": outcome.code}
         raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
-    if contract.compensate is None:
-        raise HandoffError("this tool cannot compensate", code="COMPENSATION_NOT_SUPPORTED")
+    # Unreachable: resolution_refusal refused "compensate" for a tool without compensate().
+    assert contract.compensate is not None  # noqa: S101
     ctx = executor.context(command, contract, state, CancelSignal())
     outcome = contract.compensate(dict(command.validated_arguments), ctx)
     if outcome.status is not OutcomeStatus.SUCCEEDED:
