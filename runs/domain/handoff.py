@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policy.domain.redaction import redact_secrets
+from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import StopReason
 from runs.domain.state import RunState
 
@@ -152,7 +153,11 @@ RESOLUTION_TEXT: dict[str, tuple[str, str]] = {
 }
 
 # Ledger statuses a handoff can settle (the latest such row of the run is the one it settles).
-UNSETTLED_EFFECTS = ("unknown", "compensation-required", "started")
+UNSETTLED_EFFECTS = (
+    LedgerStatus.UNKNOWN,
+    LedgerStatus.COMPENSATION_REQUIRED,
+    LedgerStatus.STARTED,
+)
 
 
 def resolution_refusal(
@@ -172,7 +177,7 @@ def resolution_refusal(
         return "HANDOFF_NO_EFFECT", "no effect to settle"
     if action == "compensate" and not can_compensate:
         return "COMPENSATION_NOT_SUPPORTED", "this tool cannot compensate"
-    if effect_status == "compensation-required" and action in (
+    if effect_status == LedgerStatus.COMPENSATION_REQUIRED and action in (
         "retry_same_token",
         "mark_effect_absent",
     ):
