@@ -158,7 +158,7 @@ def validate_profile(raw: Mapping[str, Any], *, tools: Mapping[str, Sequence[str
         raise _refuse(TOOL_UNKNOWN, f"no registered tool {unknown[0]!r}", tool=unknown[0])
     needed = {cap for t in spec.tools for cap in tools[t]}
     for template in spec.grant_templates:
-        check_template(template.resource_scope)
+        # Checks the scope template itself too (expand_scope → check_template).
         expand_template(template, subject=_PROBE_SUBJECT, run_id="probe")
         if template.capability not in needed:
             raise _refuse(

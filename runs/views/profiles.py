@@ -127,6 +127,7 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
             data=form.profile_data(),
             expected_version=form.cleaned_data["version"] or 0,
             by=request.user,
+            current=row,
             ctx=wiring.context(),
         )
 
