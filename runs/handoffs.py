@@ -27,6 +27,7 @@ from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.handoff import (
     EFFECT_ACTIONS,
     RESOLUTION_ACTIONS,
+    RUN_ACTIONS,
     HandoffStatus,
     resolution_refusal,
     resolver_refusal,
@@ -75,7 +76,7 @@ def _not_open(handoff_id: int) -> DomainError:
         return NotFound("no such handoff", handoff_id=handoff_id)
     if held.status == HandoffStatus.RESOLVED:
         return HandoffError("this handoff is resolved already", code="HANDOFF_NOT_OPEN")
-    holder = held.assignee.get_username() if held.assignee is not None else None
+    holder = held.claimant_name
     return HandoffError(
         f"already claimed by {holder}" if holder else "already claimed",
         code="HANDOFF_NOT_OPEN",
@@ -140,7 +141,7 @@ def handoff_resolve(
             if n != 1:
                 raise HandoffError("the ledger row changed meanwhile", code="HANDOFF_CONFLICT")
         state = store.load(handoff.run_id)
-        if action in ("cancel", "fail") and state.status not in TERMINAL:
+        if action in RUN_ACTIONS and state.status not in TERMINAL:
             commit = (
                 lifecycle.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
@@ -185,7 +186,7 @@ def _resolvable(
         user_is_admin=admin is None or admin,
     )
     if claim_refusal == "PERMISSION_DENIED":
-        holder = handoff.assignee.get_username() if handoff.assignee else "another reviewer"
+        holder = handoff.claimant_name or "another reviewer"
         raise HandoffNotYours(
             f"this handoff is claimed by {holder}: only they may resolve it",
             claimed_by=holder,

@@ -294,6 +294,11 @@ class Handoff(models.Model):
     def __str__(self) -> str:
         return f"handoff {self.pk} {self.reason} ({self.status})"
 
+    @property
+    def claimant_name(self) -> str | None:
+        """The user name of who claimed it, or None (unclaimed, or claimed by no account)."""
+        return self.assignee.get_username() if self.assignee is not None else None
+
 
 class FaultFiring(models.Model):
     """A fault that must fire once (a worker crash) records that it fired, before it fires."""

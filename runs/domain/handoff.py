@@ -118,6 +118,8 @@ RESOLUTION_ACTIONS = (
     "fail",
 )
 EFFECT_ACTIONS = frozenset(RESOLUTION_ACTIONS[:4])
+# The others (cancel, fail) end the run through the state machine and settle no effect.
+RUN_ACTIONS = frozenset(RESOLUTION_ACTIONS) - EFFECT_ACTIONS
 
 # (button label, what the command does), for people.
 RESOLUTION_TEXT: dict[str, tuple[str, str]] = {
