@@ -11,6 +11,15 @@ from runs import models as m
 # excluded and shown masked instead (issue 9 item 12).
 
 
+def _planner_shown(planner: Any) -> str:
+    """A stored planner (a run's or a profile's), its scripted proposals masked."""
+    if isinstance(planner, dict) and isinstance(planner.get("outputs"), list):
+        registry = wiring.registry()
+        outputs = [masked_proposal(o, registry=registry) for o in planner["outputs"]]
+        planner = {**planner, "outputs": outputs}
+    return pretty(planner)
+
+
 @admin.register(m.Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "subject", "status", "step", "tool_calls", "stop_reason", "created_at")
@@ -25,12 +34,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="planner")
     def planner_shown(self, obj: m.Run) -> str:
-        planner: Any = obj.planner
-        if isinstance(planner, dict) and isinstance(planner.get("outputs"), list):
-            registry = wiring.registry()
-            outputs = [masked_proposal(o, registry=registry) for o in planner["outputs"]]
-            planner = {**planner, "outputs": outputs}
-        return pretty(planner)
+        return _planner_shown(obj.planner)
 
 
 @admin.register(m.TraceEvent)
@@ -84,4 +88,4 @@ class RunProfileAdmin(ReadOnlyAdmin):
 
     @admin.display(description="planner")
     def planner_shown(self, obj: m.RunProfile) -> str:
-        return RunAdmin.planner_shown(self, obj)  # type: ignore[arg-type]  # the same masking
+        return _planner_shown(obj.planner)

@@ -25,7 +25,12 @@ from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
-from runs.domain.budgets import MAX_DEADLINE_MS, RunBudgets
+from runs.domain.budgets import (
+    MAX_DEADLINE_MS,
+    MAX_REPEATED_PROPOSAL_CEILING,
+    MAX_STEPS_CEILING,
+    RunBudgets,
+)
 from runs.limits import LimitError
 
 MAX_PAGE = 200
@@ -67,9 +72,13 @@ class GrantIn(StrictSerializer):
 
 
 class BudgetsIn(StrictSerializer):
-    max_steps = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
-    max_tool_calls = serializers.IntegerField(min_value=0, max_value=10_000, required=False)
-    max_repeated_proposal = serializers.IntegerField(min_value=1, max_value=100, required=False)
+    max_steps = serializers.IntegerField(min_value=1, max_value=MAX_STEPS_CEILING, required=False)
+    max_tool_calls = serializers.IntegerField(
+        min_value=0, max_value=MAX_STEPS_CEILING, required=False
+    )
+    max_repeated_proposal = serializers.IntegerField(
+        min_value=1, max_value=MAX_REPEATED_PROPOSAL_CEILING, required=False
+    )
     deadline_ms = serializers.IntegerField(min_value=1, max_value=MAX_DEADLINE_MS, required=False)
 
 
@@ -375,9 +384,9 @@ class HandoffResolve(APIView):
     def post(self, request: Request, handoff_id: int) -> Response:
         _reviewer(request)
         data = validated(ResolveIn, request.data)
-        resolved = handoffs.handoff_resolve_as(
+        resolved = handoffs.handoff_resolve(
             handoff_id=handoff_id,
-            user=request.user,
+            by=request.user,
             user_is_admin=is_admin(request.user),
             action=data["action"],
             reason=data["reason"],

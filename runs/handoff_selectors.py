@@ -17,6 +17,7 @@ from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.handoff import (
     RESOLUTION_TEXT,
+    RUN_ACTIONS,
     UNSETTLED_EFFECTS,
     HandoffStatus,
     allowed_resolutions,
@@ -89,12 +90,12 @@ def handoff_inbox(*, reason: str | None = None, limit: int | None = None) -> Inb
             goal=h.goal_head,
             subject=h.run.subject,
             opened_at=h.opened_at,
-            claimed_by=h.assignee.get_username() if h.assignee is not None else None,
+            claimed_by=h.claimant_name,
         )
         for h in page
     ]
     total = matching.count()
-    reasons = sorted(set(unresolved.values_list("reason", flat=True).distinct()))
+    reasons = list(unresolved.order_by("reason").values_list("reason", flat=True).distinct())
     return Inbox(rows=rows, total=total, reasons=reasons)
 
 
@@ -133,7 +134,7 @@ class Action:
 
     @property
     def ends_run(self) -> bool:
-        return self.name in ("cancel", "fail")
+        return self.name in RUN_ACTIONS
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def handoff_bundle(
     view = BundleView(
         handoff=handoff,
         bundle=bundle,
-        claimed_by=handoff.assignee.get_username() if handoff.assignee is not None else None,
+        claimed_by=handoff.claimant_name,
         effects=_effects(handoff.run_id, bundle.get("unknown_effects") or []),
         observations=[
             ShownObservation(

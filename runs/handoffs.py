@@ -27,6 +27,7 @@ from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.handoff import (
     EFFECT_ACTIONS,
     RESOLUTION_ACTIONS,
+    RUN_ACTIONS,
     HandoffStatus,
     resolution_refusal,
     resolver_refusal,
@@ -75,7 +76,7 @@ def _not_open(handoff_id: int) -> DomainError:
         return NotFound("no such handoff", handoff_id=handoff_id)
     if held.status == HandoffStatus.RESOLVED:
         return HandoffError("this handoff is resolved already", code="HANDOFF_NOT_OPEN")
-    holder = held.assignee.get_username() if held.assignee is not None else None
+    holder = held.claimant_name
     return HandoffError(
         f"already claimed by {holder}" if holder else "already claimed",
         code="HANDOFF_NOT_OPEN",
@@ -93,60 +94,24 @@ def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
     raise HandoffError("run too busy", code="RUN_BUSY")
 
 
-def handoff_resolve_as(
-    *,
-    handoff_id: int,
-    user: Any,
-    user_is_admin: bool,
-    action: str,
-    reason: str,
-    ctx: RunsContext | None = None,
-) -> m.Handoff:
-    """``handoff_resolve`` for a signed-in person (API and console): only the claimant, or an
-    admin standing in, may resolve a claimed handoff."""
-    handoff = m.Handoff.objects.filter(pk=handoff_id).select_related("assignee").first()
-    if handoff is None:
-        raise NotFound("no such handoff", handoff_id=handoff_id)
-    refusal = resolver_refusal(
-        status=handoff.status,
-        assignee_id=handoff.assignee_id,
-        user_id=user.pk,
-        user_is_admin=user_is_admin,
-    )
-    # Checked before the resolve, not inside it: a claimed handoff never changes hands (a claim
-    # is only taken from "open"), so the claimant read here is the claimant at the resolve.
-    # An unclaimed handoff is left to handoff_resolve, which says HANDOFF_NOT_CLAIMED.
-    if refusal == "PERMISSION_DENIED":
-        holder = handoff.assignee.get_username() if handoff.assignee else "another reviewer"
-        raise HandoffNotYours(
-            f"this handoff is claimed by {holder}: only they may resolve it",
-            claimed_by=holder,
-        )
-    return handoff_resolve(handoff_id=handoff_id, by=user, action=action, reason=reason, ctx=ctx)
-
-
 def handoff_resolve(
     *,
     handoff_id: int,
     by: Any,
     action: str,
     reason: str,
+    user_is_admin: bool | None = None,
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> m.Handoff:
     """Resolve a claimed handoff with one command; the effect check comes from the reviewer
-    (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it."""
-    if action not in ACTIONS:
-        raise HandoffError(f"unknown action {action!r}", code="HANDOFF_ACTION_UNKNOWN")
-    if not reason.strip():
-        raise HandoffError("a reason is required", code="HANDOFF_REASON_REQUIRED")
+    (mark_*), from the world (retry_same_token, same idempotency token), or from undoing it.
+
+    ``user_is_admin``: given for a signed-in person (API and console), who must be the
+    claimant or an admin standing in; None for the system and tests (no claimant check)."""
+    handoff = _resolvable(handoff_id, by=by, action=action, reason=reason, admin=user_is_admin)
     # The reason is stored in the ledger row and the trace: no secret a reviewer pasted.
     reason = redact_secrets(reason)
-    handoff = m.Handoff.objects.filter(pk=handoff_id).first()
-    if handoff is None:
-        raise NotFound("no such handoff", handoff_id=handoff_id)
-    if handoff.status != HandoffStatus.CLAIMED:
-        raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
     row = unsettled_effect(run_id=handoff.run_id)
     ctx = resolve(ctx)
     refusal = resolution_refusal(
@@ -160,8 +125,8 @@ def handoff_resolve(
     result: dict[str, Any] = {"action": action}
     new_status = None
     if action in EFFECT_ACTIONS:
-        if row is None:  # resolution_refusal refused this already; mypy does not know
-            raise HandoffError("no effect to settle", code="HANDOFF_NO_EFFECT")
+        # Unreachable: resolution_refusal refused an effect action without a row already.
+        assert row is not None  # noqa: S101
         new_status, outcome = _effect_action(
             action, row, store, ctx, by=actor_name(by), reason=reason, clock=clock
         )
@@ -176,7 +141,7 @@ def handoff_resolve(
             if n != 1:
                 raise HandoffError("the ledger row changed meanwhile", code="HANDOFF_CONFLICT")
         state = store.load(handoff.run_id)
-        if action in ("cancel", "fail") and state.status not in TERMINAL:
+        if action in RUN_ACTIONS and state.status not in TERMINAL:
             commit = (
                 lifecycle.request_cancel(state, by=actor_name(by), reason=reason, active_tool=False)
                 if action == "cancel"
@@ -200,6 +165,38 @@ def handoff_resolve(
             raise HandoffError("handoff resolved concurrently", code="HANDOFF_CONFLICT")
     transaction.on_commit(ring_console)
     handoff.refresh_from_db()
+    return handoff
+
+
+def _resolvable(
+    handoff_id: int, *, by: Any, action: str, reason: str, admin: bool | None
+) -> m.Handoff:
+    """The handoff, or why ``by`` may not resolve it with ``action`` (in this order: no such
+    handoff, claimed by someone else, unknown action, no reason, not claimed)."""
+    handoff = m.Handoff.objects.filter(pk=handoff_id).select_related("assignee").first()
+    if handoff is None:
+        raise NotFound("no such handoff", handoff_id=handoff_id)
+    # Checked before the resolve's transaction: a claimed handoff never changes hands (a claim
+    # is only taken from "open"), so the claimant read here is the claimant at the resolve.
+    # The system (admin None) may resolve any claimed handoff, as an admin may.
+    claim_refusal = resolver_refusal(
+        status=handoff.status,
+        assignee_id=handoff.assignee_id,
+        user_id=getattr(by, "pk", None),
+        user_is_admin=admin is None or admin,
+    )
+    if claim_refusal == "PERMISSION_DENIED":
+        holder = handoff.claimant_name or "another reviewer"
+        raise HandoffNotYours(
+            f"this handoff is claimed by {holder}: only they may resolve it",
+            claimed_by=holder,
+        )
+    if action not in ACTIONS:
+        raise HandoffError(f"unknown action {action!r}", code="HANDOFF_ACTION_UNKNOWN")
+    if not reason.strip():
+        raise HandoffError("a reason is required", code="HANDOFF_REASON_REQUIRED")
+    if claim_refusal == "HANDOFF_NOT_CLAIMED":
+        raise HandoffError("claim the handoff first", code="HANDOFF_NOT_CLAIMED")
     return handoff
 
 
@@ -240,8 +237,8 @@ def _effect_action(
         if outcome.status in (OutcomeStatus.FAILED, OutcomeStatus.REJECTED):
             return LedgerStatus.FAILED, {"effect": "absent", "retried": True, "code": outcome.code}
         raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
-    if contract.compensate is None:
-        raise HandoffError("this tool cannot compensate", code="COMPENSATION_NOT_SUPPORTED")
+    # Unreachable: resolution_refusal refused "compensate" for a tool without compensate().
+    assert contract.compensate is not None  # noqa: S101
     ctx = executor.context(command, contract, state, CancelSignal())
     outcome = contract.compensate(dict(command.validated_arguments), ctx)
     if outcome.status is not OutcomeStatus.SUCCEEDED:

@@ -14,6 +14,7 @@ from policy.domain.canonical import HASH_SCHEME
 from runs.domain.handoff import HandoffStatus
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
+from runs.domain.profiles import AUDIENCES
 
 
 class AppendOnlyError(Exception):
@@ -293,6 +294,11 @@ class Handoff(models.Model):
     def __str__(self) -> str:
         return f"handoff {self.pk} {self.reason} ({self.status})"
 
+    @property
+    def claimant_name(self) -> str | None:
+        """The user name of who claimed it, or None (unclaimed, or claimed by no account)."""
+        return self.assignee.get_username() if self.assignee is not None else None
+
 
 class FaultFiring(models.Model):
     """A fault that must fire once (a worker crash) records that it fired, before it fires."""
@@ -340,8 +346,6 @@ class RunProfile(models.Model):
     Archived profiles stay (runs started from them name them) but nobody can start one.
     """
 
-    AUDIENCES = ("all", "users", "groups")
-
     name = models.CharField(max_length=63, unique=True)
     description = models.TextField(blank=True, default="")
     audience = models.CharField(max_length=16, choices=[(a, a) for a in AUDIENCES], default="all")
@@ -368,7 +372,7 @@ class RunProfile(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(audience__in=("all", "users", "groups")),
+                condition=Q(audience__in=AUDIENCES),
                 name="run_profile_audience_valid",
             ),
             models.CheckConstraint(condition=Q(version__gte=1), name="run_profile_version_pos"),

@@ -26,7 +26,6 @@ EXCLUSIVE = ("grants", "planner", "budgets")
 
 class ProfileExclusive(DomainError):
     code = "PROFILE_EXCLUSIVE"
-    http_status = 400
 
 
 class ProfileOut(serializers.ModelSerializer):

@@ -181,14 +181,17 @@ def profile_update(
     data: Mapping[str, Any],
     expected_version: int,
     by: Any,
+    current: RunProfile | None = None,
     ctx: RunsContext | None = None,
 ) -> RunProfile:
     """Replace a profile's definition if it is still the version the editor saw.
 
     The race: two operators edit one profile from the same page; the compare-and-set on
     ``version`` lets the first win and gives the second ``PROFILE_VERSION_CONFLICT``.
+    ``current``: the row as the caller read it (``profile_get``), so it is not read again.
     """
-    current = profile_get(profile_id=profile_id)
+    if current is None:
+        current = profile_get(profile_id=profile_id)
     if current.archived_at is not None:
         raise ProfileConflict(
             code="PROFILE_ARCHIVED",
@@ -197,7 +200,7 @@ def profile_update(
         )
     spec = validate_profile(data, tools=tool_capabilities(ctx=ctx))
     users, groups = _audience(spec)
-    if same_profile(profile_form_data(current), spec.data()) and spec.name == current.name:
+    if same_profile(profile_form_data(current), spec.data()):
         return current  # nothing changed: no new version
     with transaction.atomic():
         _name_free(spec.name, but=profile_id)
@@ -224,7 +227,6 @@ def profile_update(
 
 def profile_archive(*, profile_id: int, by: Any) -> RunProfile:
     """Nobody can start a run from it any more; runs already started keep their grants."""
-    profile_get(profile_id=profile_id)
     RunProfile.objects.filter(pk=profile_id, archived_at__isnull=True).update(
         archived_at=timezone.now(), updated_by=by, version=F("version") + 1
     )

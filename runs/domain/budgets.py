@@ -7,15 +7,22 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_STEPS_CEILING = 10_000
+MAX_REPEATED_PROPOSAL_CEILING = 100
 # The longest deadline a run may have (a week), whatever a deployment's own limit says.
-MAX_DEADLINE_MS = 7 * 24 * 3600 * 1000
+MAX_DEADLINE_S = 7 * 24 * 3600
+MAX_DEADLINE_MS = MAX_DEADLINE_S * 1000
+
+# The bounds of each budget, shared by a run's budgets and a profile's (runs.domain.profiles).
+Steps = Annotated[int, Field(ge=1, le=MAX_STEPS_CEILING)]
+ToolCalls = Annotated[int, Field(ge=0, le=MAX_STEPS_CEILING)]
+RepeatedProposals = Annotated[int, Field(ge=1, le=MAX_REPEATED_PROPOSAL_CEILING)]
 
 
 class RunBudgets(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS_CEILING)] = 8
-    max_tool_calls: Annotated[int, Field(ge=0, le=MAX_STEPS_CEILING)] = 4
-    max_repeated_proposal: Annotated[int, Field(ge=1, le=100)] = 2
+    max_steps: Steps = 8
+    max_tool_calls: ToolCalls = 4
+    max_repeated_proposal: RepeatedProposals = 2
     # Relative to the run's start; the absolute deadline is fixed when the run is created.
     deadline_ms: Annotated[int, Field(ge=1, le=MAX_DEADLINE_MS)] = 300_000

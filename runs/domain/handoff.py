@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policy.domain.redaction import redact_secrets
+from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import StopReason
 from runs.domain.state import RunState
 
@@ -117,6 +118,8 @@ RESOLUTION_ACTIONS = (
     "fail",
 )
 EFFECT_ACTIONS = frozenset(RESOLUTION_ACTIONS[:4])
+# The others (cancel, fail) end the run through the state machine and settle no effect.
+RUN_ACTIONS = frozenset(RESOLUTION_ACTIONS) - EFFECT_ACTIONS
 
 # (button label, what the command does), for people.
 RESOLUTION_TEXT: dict[str, tuple[str, str]] = {
@@ -152,7 +155,11 @@ RESOLUTION_TEXT: dict[str, tuple[str, str]] = {
 }
 
 # Ledger statuses a handoff can settle (the latest such row of the run is the one it settles).
-UNSETTLED_EFFECTS = ("unknown", "compensation-required", "started")
+UNSETTLED_EFFECTS = (
+    LedgerStatus.UNKNOWN,
+    LedgerStatus.COMPENSATION_REQUIRED,
+    LedgerStatus.STARTED,
+)
 
 
 def resolution_refusal(
@@ -172,7 +179,7 @@ def resolution_refusal(
         return "HANDOFF_NO_EFFECT", "no effect to settle"
     if action == "compensate" and not can_compensate:
         return "COMPENSATION_NOT_SUPPORTED", "this tool cannot compensate"
-    if effect_status == "compensation-required" and action in (
+    if effect_status == LedgerStatus.COMPENSATION_REQUIRED and action in (
         "retry_same_token",
         "mark_effect_absent",
     ):

@@ -18,18 +18,26 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policy.domain.canonical import json_equal
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant, Constraint
-from runs.domain.budgets import MAX_STEPS_CEILING, RunBudgets
+from runs.domain.budgets import (
+    MAX_DEADLINE_S,
+    MAX_STEPS_CEILING,
+    RepeatedProposals,
+    RunBudgets,
+    Steps,
+    ToolCalls,
+)
 
 PLACEHOLDER = "{subject}"
 PLANNER_KINDS = ("fixture",)
-AUDIENCES = ("all", "users", "groups")
+Audience = Literal["all", "users", "groups"]
+AUDIENCES: tuple[str, ...] = get_args(Audience)
 MAX_TEMPLATES = 20
 MAX_PLANNER_OUTPUTS = 200
 NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,62}"
@@ -67,15 +75,18 @@ class GrantTemplate(BaseModel):
     constraints: dict[str, Constraint] = {}
 
 
+_RUN_DEFAULTS = RunBudgets()
+
+
 class ProfileBudgets(BaseModel):
     """What the form shows: steps, tool calls, seconds (a run stores milliseconds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS_CEILING)] = 8
-    max_tool_calls: Annotated[int, Field(ge=0, le=MAX_STEPS_CEILING)] = 4
-    max_repeated_proposal: Annotated[int, Field(ge=1, le=100)] = 2
-    deadline_s: Annotated[int, Field(ge=1, le=7 * 24 * 3600)] = 300
+    max_steps: Steps = _RUN_DEFAULTS.max_steps
+    max_tool_calls: ToolCalls = _RUN_DEFAULTS.max_tool_calls
+    max_repeated_proposal: RepeatedProposals = _RUN_DEFAULTS.max_repeated_proposal
+    deadline_s: Annotated[int, Field(ge=1, le=MAX_DEADLINE_S)] = _RUN_DEFAULTS.deadline_ms // 1000
 
     def run_budgets(self) -> RunBudgets:
         return RunBudgets(
@@ -91,7 +102,7 @@ class ProfileSpec(BaseModel):
 
     name: Annotated[str, Field(pattern=f"^{NAME_PATTERN}$")]
     description: Annotated[str, Field(max_length=500)] = ""
-    audience: Literal["all", "users", "groups"] = "all"
+    audience: Audience = "all"
     users: list[Annotated[str, Field(min_length=1, max_length=150)]] = []
     groups: list[Annotated[str, Field(min_length=1, max_length=150)]] = []
     planner: dict[str, Any]
@@ -147,7 +158,7 @@ def validate_profile(raw: Mapping[str, Any], *, tools: Mapping[str, Sequence[str
         raise _refuse(TOOL_UNKNOWN, f"no registered tool {unknown[0]!r}", tool=unknown[0])
     needed = {cap for t in spec.tools for cap in tools[t]}
     for template in spec.grant_templates:
-        check_template(template.resource_scope)
+        # Checks the scope template itself too (expand_scope → check_template).
         expand_template(template, subject=_PROBE_SUBJECT, run_id="probe")
         if template.capability not in needed:
             raise _refuse(

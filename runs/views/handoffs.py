@@ -122,9 +122,9 @@ def resolve(request: HttpRequest, handoff_id: int) -> HttpResponse:
     if refusal is not None:
         return _bundle_page(request, handoff_id, error=refusal, status=400, form=form)
     try:
-        handoffs.handoff_resolve_as(
+        handoffs.handoff_resolve(
             handoff_id=handoff_id,
-            user=request.user,
+            by=request.user,
             user_is_admin=is_admin(request.user),
             action=form.cleaned_data["action"],
             reason=form.cleaned_data["reason"],

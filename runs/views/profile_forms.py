@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 
+from runs.domain.budgets import MAX_DEADLINE_S, MAX_REPEATED_PROPOSAL_CEILING, MAX_STEPS_CEILING
 from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
 
 _AUDIENCE_LABELS = {"all": "All users", "users": "Named users", "groups": "Groups"}
@@ -70,15 +71,15 @@ class ProfileForm(forms.Form):
             '"max_calls" and "constraints"; a scope may name {subject}. ' + _JSON_HELP
         ),
     )
-    max_steps = forms.IntegerField(min_value=1, max_value=10_000, initial=8, label="Max steps")
+    max_steps = forms.IntegerField(min_value=1, max_value=MAX_STEPS_CEILING, label="Max steps")
     max_tool_calls = forms.IntegerField(
-        min_value=0, max_value=10_000, initial=4, label="Max tool calls"
+        min_value=0, max_value=MAX_STEPS_CEILING, label="Max tool calls"
     )
     max_repeated_proposal = forms.IntegerField(
-        min_value=1, max_value=100, initial=2, label="Max repeated proposal"
+        min_value=1, max_value=MAX_REPEATED_PROPOSAL_CEILING, label="Max repeated proposal"
     )
     deadline_s = forms.IntegerField(
-        min_value=1, max_value=7 * 24 * 3600, initial=300, label="Time limit (seconds)"
+        min_value=1, max_value=MAX_DEADLINE_S, label="Time limit (seconds)"
     )
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
 

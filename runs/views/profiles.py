@@ -23,6 +23,7 @@ from policy.pages import domain_errors, page_error, role_required, signed_in
 from policy.roles import is_operator
 from policy.status import domain_status
 from runs import profiles
+from runs.domain.profiles import ProfileBudgets
 from runs.views.profile_forms import ProfileForm, StartRunForm, initial_from
 
 FORM_INVALID = "FORM_INVALID"
@@ -31,10 +32,7 @@ NEW_PROFILE = {
     "planner_kind": "fixture",
     "planner_outputs": "[]",
     "grant_templates": "[]",
-    "max_steps": 8,
-    "max_tool_calls": 4,
-    "max_repeated_proposal": 2,
-    "deadline_s": 300,
+    **ProfileBudgets().model_dump(),
 }
 
 
@@ -129,6 +127,7 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
             data=form.profile_data(),
             expected_version=form.cleaned_data["version"] or 0,
             by=request.user,
+            current=row,
             ctx=wiring.context(),
         )
 
