@@ -41,6 +41,13 @@ def ok(name: str, **changes: Any) -> Reply:
     return Reply(body=recorded(name, **changes))
 
 
+def answer(text: str) -> Reply:
+    """The recorded text answer with another text (citations are markers in the text)."""
+    body = recorded("answer_with_citations")
+    body["choices"][0]["message"]["content"] = text
+    return Reply(body=body)
+
+
 def status(code: int, *, retry_after: str | None = None) -> Reply:
     headers = {"retry-after": retry_after} if retry_after is not None else {}
     return Reply(status=code, body={"error": {"message": f"status {code}"}}, headers=headers)
@@ -104,7 +111,9 @@ class ReplayServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
