@@ -14,7 +14,7 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dj_database_url
 
@@ -445,6 +445,8 @@ def _model_endpoints() -> dict[str, dict[str, Any]]:
 AGENTCONSOLE_MODEL_ENDPOINTS: dict[str, dict[str, Any]] = _model_endpoints()
 # The client libraries log request bodies (observations, preferences) at DEBUG and URLs at
 # INFO: keep them to warnings, whatever the root level says.
-LOGGING.setdefault("loggers", {}).update(  # type: ignore[union-attr]
-    {"openai": {"level": "WARNING"}, "httpx": {"level": "WARNING"}}
-)
+LOGGING["loggers"] = {
+    **cast("dict[str, Any]", LOGGING.get("loggers", {})),
+    "openai": {"level": "WARNING"},
+    "httpx": {"level": "WARNING"},
+}
