@@ -21,6 +21,7 @@ from memory.models import PreferenceRecord
 from policy.models import Confirmation
 from runs import models as m
 from runs import services
+from runs.console_selectors import budgets_of
 from runs.domain import model_planning as mp
 from runs.domain.budgets import RunBudgets
 from runs.domain.runner import Runner
@@ -108,6 +109,10 @@ def test_a_search_then_a_cited_answer_completes_and_the_trace_names_the_model(
     # The ledger ran the proposal under the program's id, not the model's call id.
     assert list(m.LedgerEntry.objects.filter(run_id=run_id).values_list("proposal_id", flat=True))
     assert m.LedgerEntry.objects.get(run_id=run_id).proposal_id == "model-1"
+
+    # The console shows what the tokens cost, against the run's budget.
+    budgets = {b.label: b.text for b in budgets_of(run, e2e_clock.now_ms())}
+    assert budgets["Model tokens"] == f"{853 + 1240} of 200000"
 
     first, second = server.received
     # Offered: only what the run's grants could allow (no memory:write grant here).
