@@ -235,7 +235,8 @@ def test_over_the_token_budget_the_run_stops_and_the_output_is_not_acted_on(
     assert (state.status.value, state.stop_reason) == ("failed", "MAX_TOKENS_REACHED")
     assert state.answer is None  # the answer that crossed the budget was not taken
     assert m.Run.objects.get(pk=run_id).tokens_used == 853 + 1240
-    assert m.Handoff.objects.filter(run_id=run_id, reason="MAX_TOKENS_REACHED").exists()
+    handoff = m.Handoff.objects.get(run_id=run_id, reason="MAX_TOKENS_REACHED")
+    assert any("max_tokens" in a for a in handoff.bundle["recommended_safe_actions"])
     stopped = events(run_id, "run.stopped")[-1]
     assert (stopped["tokens_used"], stopped["max_tokens"]) == (2093, 1500)
 
