@@ -282,3 +282,23 @@ def test_the_api_key_appears_in_no_trace_observation_log_or_stored_field(
     assert scan(CANARY_KEY) == []  # every text/JSON column of every table
     details = m.TraceEvent.objects.filter(run_id=run_id).values_list("details", flat=True)
     assert CANARY_KEY not in json.dumps(list(details))
+
+
+@pytest.mark.parametrize(
+    "final",
+    [
+        ok("answer_without_citations"),  # no [obs:…] marker at all
+        answer("Quarantine [obs:user-1]."),  # the user's request is not evidence
+        answer("Quarantine [obs:tool-9]."),  # no such observation
+    ],
+)
+def test_an_answer_without_valid_citations_fails_final_validation(
+    corpus: None, server: ReplayServer, runner: Runner, e2e_clock: FakeClock, final: Any
+) -> None:
+    server.play(ok("search_call"), final)
+    state = runner.advance(start(e2e_clock))
+    assert (state.status.value, state.stop_reason) == (
+        "failed",
+        "FINAL_CITATION_VALIDATION_FAILED",
+    )
+    assert state.answer is None
