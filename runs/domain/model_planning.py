@@ -89,9 +89,7 @@ class PlannerConfigInvalid(DomainError):
     http_status = 400
 
 
-def check_config(
-    config: Mapping[str, Any], *, endpoints: Collection[str], models: int = MAX_MODEL_NAME
-) -> None:
+def check_config(config: Mapping[str, Any], *, endpoints: Collection[str]) -> None:
     """A stored model-planner configuration: ``{"kind": "openai", "endpoint": <a configured
     endpoint name>, "model": <optional override>}`` and nothing else.
 
@@ -114,8 +112,8 @@ def check_config(
             endpoint=endpoint[:64],
         )
     model = config.get("model")
-    if model is not None and (not isinstance(model, str) or not 0 < len(model) <= models):
-        raise PlannerConfigInvalid(f"a model name is a string of 1 to {models} characters")
+    if model is not None and (not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_NAME):
+        raise PlannerConfigInvalid(f"a model name is a string of 1 to {MAX_MODEL_NAME} characters")
 
 
 # --- the request ------------------------------------------------------------------------------
