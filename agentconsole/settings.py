@@ -14,6 +14,7 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 import dj_database_url
 
@@ -396,3 +397,56 @@ AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "3
 # Fairness: a worker advances a run for at most this many planner steps, then hands it back to
 # the end of the queue so other subjects' runs interleave (0 = until it waits or ends).
 AGENTCONSOLE_WORKER_SLICE_STEPS = int(os.environ.get("AGENTCONSOLE_WORKER_SLICE_STEPS", "20"))
+
+# --- Model endpoints (issue 12 item 1; runs/planners/openai_planner.py) ------------------------
+# OpenAI-compatible chat-completions endpoints a model planner may use, by name. A run's or
+# profile's planner names one ({"kind": "openai", "endpoint": "<name>", "model": "<optional>"});
+# the URL and key live here only, never in a run record, trace, log or profile.
+#
+# One endpoint: AGENTCONSOLE_MODEL_BASE_URL (+ AGENTCONSOLE_MODEL_API_KEY, AGENTCONSOLE_MODEL_NAME,
+# AGENTCONSOLE_MODEL_TIMEOUT_S), named by AGENTCONSOLE_MODEL_ENDPOINT (default "default").
+# Several: AGENTCONSOLE_MODEL_ENDPOINTS, a JSON object {"<name>": {"base_url", "model",
+# "timeout_s", "max_attempts", "max_output_tokens", "api_key_env"}}, where "api_key_env" names
+# the environment variable holding that endpoint's key (the key itself is never in the JSON).
+
+
+def _model_endpoints() -> dict[str, dict[str, Any]]:
+    raw = os.environ.get("AGENTCONSOLE_MODEL_ENDPOINTS", "").strip()
+    try:
+        configured = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object: {exc}") from None
+    if not isinstance(configured, dict):
+        raise RuntimeError("AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object")
+    out: dict[str, dict[str, Any]] = {}
+    allowed = {"base_url", "model", "timeout_s", "max_attempts", "max_output_tokens", "api_key_env"}
+    for name, spec in configured.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("base_url"), str):
+            raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] needs a base_url")
+        if set(spec) - allowed:
+            # "api_key" included: a key goes in its own variable, named by "api_key_env".
+            raise RuntimeError(
+                f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] takes only {', '.join(sorted(allowed))}"
+            )
+        key_env = spec.get("api_key_env")
+        out[name] = {k: v for k, v in spec.items() if k != "api_key_env"}
+        out[name]["api_key"] = os.environ.get(key_env, "") if key_env else ""
+    base_url = os.environ.get("AGENTCONSOLE_MODEL_BASE_URL", "").strip()
+    if base_url:
+        out[os.environ.get("AGENTCONSOLE_MODEL_ENDPOINT", "default").strip() or "default"] = {
+            "base_url": base_url,
+            "api_key": os.environ.get("AGENTCONSOLE_MODEL_API_KEY", ""),
+            "model": os.environ.get("AGENTCONSOLE_MODEL_NAME", ""),
+            "timeout_s": float(os.environ.get("AGENTCONSOLE_MODEL_TIMEOUT_S", "60")),
+        }
+    return out
+
+
+AGENTCONSOLE_MODEL_ENDPOINTS: dict[str, dict[str, Any]] = _model_endpoints()
+# The client libraries log request bodies (observations, preferences) at DEBUG and URLs at
+# INFO: keep them to warnings, whatever the root level says.
+LOGGING["loggers"] = {
+    **cast("dict[str, Any]", LOGGING.get("loggers", {})),
+    "openai": {"level": "WARNING"},
+    "httpx": {"level": "WARNING"},
+}

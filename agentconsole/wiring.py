@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +31,7 @@ from policy.domain.errors import RegistryError
 from policy.domain.registry import ToolRegistry
 from runs import tasks
 from runs.context import RunsContext
+from runs.domain import model_planning
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
 from runs.domain.runner import Runner
@@ -39,6 +41,7 @@ from runs.faults import FaultingExecutor
 from runs.isolation import run_isolated
 from runs.leases import watch_tool
 from runs.limits import step_quota
+from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner
 from runs.store import OrmRunStore
 from runs.tools import artifacts, demo_partner, search
 
@@ -101,10 +104,36 @@ def registry() -> ToolRegistry:
         raise ImproperlyConfigured(str(exc)) from exc
 
 
-def planner_for(config: dict[str, Any]) -> Planner:
+def model_endpoints() -> dict[str, ModelEndpoint]:
+    """The configured model endpoints (``settings.AGENTCONSOLE_MODEL_ENDPOINTS``), by name."""
+    configured = getattr(settings, "AGENTCONSOLE_MODEL_ENDPOINTS", {})
+    return {name: ModelEndpoint.from_settings(name, raw) for name, raw in configured.items()}
+
+
+def planner_for(
+    config: dict[str, Any],
+    clock: Clock = SYSTEM_CLOCK,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Planner:
+    """The planner a run's stored configuration names. ``clock`` and ``sleep`` pace a model
+    planner's retries (a test passes a fake pair and never waits)."""
     kind = config.get("kind", "fixture")
     if kind == "fixture":
         return FixturePlanner(list(config.get("outputs", [])))
+    if kind == model_planning.PLANNER_KIND:
+        endpoints = model_endpoints()
+        # Checked again here, not only at creation: the deployment's endpoints may have changed
+        # since the run was stored (PLANNER_ENDPOINT_UNKNOWN then stops it with that code).
+        try:
+            model_planning.check_config(config, endpoints=endpoints)
+        except model_planning.PlannerConfigInvalid as exc:
+            raise PlannerError(exc.message, code=exc.code) from None
+        return OpenAIPlanner(
+            endpoint=endpoints[config["endpoint"]],
+            model=config.get("model"),
+            clock=clock,
+            sleep=sleep,
+        )
     raise PlannerError(f"unknown planner kind {kind!r}", code="UNKNOWN_PLANNER")
 
 
@@ -133,7 +162,7 @@ def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runne
         watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner, clock=clock),
         registry=registry(),
         executor=executor(clock),
-        planner_for=planner_for,
+        planner_for=functools.partial(planner_for, clock=clock),
         clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),

@@ -25,10 +25,12 @@ from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
+from runs.domain import model_planning
 from runs.domain.budgets import (
     MAX_DEADLINE_MS,
     MAX_REPEATED_PROPOSAL_CEILING,
     MAX_STEPS_CEILING,
+    MAX_TOKENS_CEILING,
     RunBudgets,
 )
 from runs.limits import LimitError
@@ -58,7 +60,8 @@ class RunOut(serializers.ModelSerializer):
         fields = [
             "run_id", "subject", "goal", "owner", "status", "version", "step", "max_steps",
             "tool_calls", "max_tool_calls", "max_repeated_proposal", "deadline_ms",
-            "stop_reason", "answer", "citations", "pending_confirmation_id", "budgets",
+            "max_tokens", "tokens_used", "stop_reason", "answer", "citations",
+            "pending_confirmation_id", "budgets",
             "created_at", "updated_at",
         ]  # fmt: skip
 
@@ -80,11 +83,30 @@ class BudgetsIn(StrictSerializer):
         min_value=1, max_value=MAX_REPEATED_PROPOSAL_CEILING, required=False
     )
     deadline_ms = serializers.IntegerField(min_value=1, max_value=MAX_DEADLINE_MS, required=False)
+    max_tokens = serializers.IntegerField(min_value=1, max_value=MAX_TOKENS_CEILING, required=False)
 
 
 class PlannerIn(StrictSerializer):
-    kind = serializers.ChoiceField(choices=["fixture"])
-    outputs = serializers.ListField(child=serializers.JSONField(), max_length=10_000)
+    """A fixture planner (``outputs``) or a model planner (``endpoint``, optional ``model``)."""
+
+    kind = serializers.ChoiceField(choices=["fixture", model_planning.PLANNER_KIND])
+    outputs = serializers.ListField(
+        child=serializers.JSONField(), max_length=10_000, required=False
+    )
+    endpoint = serializers.CharField(max_length=64, required=False)
+    model = serializers.CharField(max_length=model_planning.MAX_MODEL_NAME, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["kind"] == "fixture":
+            if "outputs" not in attrs:
+                raise serializers.ValidationError({"outputs": ["A fixture planner needs outputs."]})
+            extra = sorted(set(attrs) - {"kind", "outputs"})
+            if extra:
+                raise serializers.ValidationError({extra[0]: ["Not for a fixture planner."]})
+            return attrs
+        # PLANNER_CONFIG_INVALID / PLANNER_ENDPOINT_UNKNOWN, 400, through the one handler.
+        model_planning.check_config(attrs, endpoints=wiring.model_endpoints())
+        return attrs
 
 
 class RunCreateIn(StrictSerializer):

@@ -202,8 +202,18 @@ def budgets_of(run: m.Run, now_ms: int) -> list[Budget]:
             run.max_tool_calls,
             f"{run.tool_calls} of {run.max_tool_calls}",
         ),
+        *_token_budget(run),
+        # Last: the page's countdown script reads the last budget as the time one.
         Budget("Time", max(0, total_ms - left_ms), total_ms, time_text),
     ]
+
+
+def _token_budget(run: m.Run) -> list[Budget]:
+    """Model tokens, once a model planner spent any (a fixture run never does)."""
+    if not run.tokens_used:
+        return []
+    text = f"{run.tokens_used} of {run.max_tokens}"
+    return [Budget("Model tokens", run.tokens_used, run.max_tokens, text)]
 
 
 def _trace(run: m.Run) -> tuple[list[dict[str, Any]], int]:

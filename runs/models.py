@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from policy.domain.canonical import HASH_SCHEME
+from runs.domain.budgets import DEFAULT_MAX_TOKENS
 from runs.domain.handoff import HandoffStatus
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
@@ -55,6 +56,10 @@ class Run(models.Model):
     unresolved_effects = models.PositiveIntegerField(default=0)
     trace_seq = models.PositiveIntegerField(default=0)
     observation_seq = models.PositiveIntegerField(default=0)
+    # Model tokens (issue 12): the budget, and what the planner steps spent (may pass the budget
+    # by the one step that crossed it; that step is not acted on).
+    max_tokens = models.PositiveBigIntegerField(default=DEFAULT_MAX_TOKENS)
+    tokens_used = models.PositiveBigIntegerField(default=0)
     planner = models.JSONField(default=dict)
     budgets = models.JSONField(default=dict)
     # Fault injection plan from a scenario file (trusted configuration, never planner output).

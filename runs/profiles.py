@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
@@ -52,6 +53,11 @@ def tool_capabilities(*, ctx: RunsContext | None = None) -> dict[str, tuple[str,
     for contract in resolve(ctx).registry():
         out.setdefault(contract.name, set()).update(contract.required_capabilities)
     return {name: tuple(sorted(caps)) for name, caps in sorted(out.items())}
+
+
+def model_endpoint_names() -> list[str]:
+    """The model endpoints a profile's planner may name (``settings``; never their URL or key)."""
+    return sorted(getattr(settings, "AGENTCONSOLE_MODEL_ENDPOINTS", {}))
 
 
 # --- selectors ---------------------------------------------------------------------------------
@@ -159,7 +165,9 @@ def profile_create(
 ) -> RunProfile:
     """Validate through the domain, then write the profile and its audience in one transaction
     (a bad template writes nothing)."""
-    spec = validate_profile(data, tools=tool_capabilities(ctx=ctx))
+    spec = validate_profile(
+        data, tools=tool_capabilities(ctx=ctx), endpoints=model_endpoint_names()
+    )
     users, groups = _audience(spec)
     _name_free(spec.name)
     try:
@@ -198,7 +206,9 @@ def profile_update(
             message="an archived profile is not edited",
             profile_id=profile_id,
         )
-    spec = validate_profile(data, tools=tool_capabilities(ctx=ctx))
+    spec = validate_profile(
+        data, tools=tool_capabilities(ctx=ctx), endpoints=model_endpoint_names()
+    )
     users, groups = _audience(spec)
     if same_profile(profile_form_data(current), spec.data()):
         return current  # nothing changed: no new version

@@ -89,6 +89,7 @@ def run_create(
         max_tool_calls=budgets.max_tool_calls,
         max_repeated_proposal=budgets.max_repeated_proposal,
         deadline_ms=now + budgets.deadline_ms,
+        max_tokens=budgets.max_tokens,
     )
     bound = [
         CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)

@@ -11,11 +11,16 @@ MAX_REPEATED_PROPOSAL_CEILING = 100
 # The longest deadline a run may have (a week), whatever a deployment's own limit says.
 MAX_DEADLINE_S = 7 * 24 * 3600
 MAX_DEADLINE_MS = MAX_DEADLINE_S * 1000
+# Model tokens (input + output, as the endpoint reports them) a run may spend. A fixture
+# planner spends none; the default bounds what one model run costs.
+MAX_TOKENS_CEILING = 100_000_000
+DEFAULT_MAX_TOKENS = 200_000
 
 # The bounds of each budget, shared by a run's budgets and a profile's (runs.domain.profiles).
 Steps = Annotated[int, Field(ge=1, le=MAX_STEPS_CEILING)]
 ToolCalls = Annotated[int, Field(ge=0, le=MAX_STEPS_CEILING)]
 RepeatedProposals = Annotated[int, Field(ge=1, le=MAX_REPEATED_PROPOSAL_CEILING)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_CEILING)]
 
 
 class RunBudgets(BaseModel):
@@ -26,3 +31,4 @@ class RunBudgets(BaseModel):
     max_repeated_proposal: RepeatedProposals = 2
     # Relative to the run's start; the absolute deadline is fixed when the run is created.
     deadline_ms: Annotated[int, Field(ge=1, le=MAX_DEADLINE_MS)] = 300_000
+    max_tokens: Tokens = DEFAULT_MAX_TOKENS

@@ -26,6 +26,7 @@ from runs.domain.final import final_violation
 from runs.domain.ids import minted_confirmation_id
 from runs.domain.loop_guard import observe as loop_observe
 from runs.domain.machine import Event, StopReason
+from runs.domain.model_planning import PARSE_PROBLEMS
 from runs.domain.state import RunState
 
 CONFIRMATION_TTL_STEPS = 3
@@ -50,11 +51,14 @@ def decide(
     now_ms: int,
     confirmation_id: str | None = None,
     context_summary: dict[str, Any] | None = None,
+    tokens: int = 0,
 ) -> Commit:
     """One planner step, or the re-evaluation of a pending proposal after a confirmation.
 
     1. A new planner output costs a step (final answers and rejected proposals included); the
        re-evaluation of ``pending_proposal`` does not.
+       Its model tokens (``tokens``) are counted; past the run's ``max_tokens`` the run stops
+       and the output is not acted on.
     2. Parse; a final answer is validated against citable observations and ends the run.
     3. A tool proposal passes the loop guard, then the gate; its decision becomes the commit.
     """
@@ -80,6 +84,17 @@ def decide(
             source=source,
             **(context_summary or {}),
         )
+        b.s.tokens_used += tokens
+        if b.s.tokens_used > b.s.max_tokens:
+            b.stop(
+                Event.FAIL,
+                StopReason.MAX_TOKENS_REACHED,
+                proposal_id_of(raw_output),
+                tokens_used=b.s.tokens_used,
+                max_tokens=b.s.max_tokens,
+            )
+            b.commit.handoff_reason = StopReason.MAX_TOKENS_REACHED
+            return b.done()
 
     try:
         output = parse_planner_output(raw_output)
@@ -87,7 +102,7 @@ def decide(
         fingerprint = _fingerprint_raw(raw_output)
         if _loop_stop(b, fingerprint, None, None):
             return b.done()
-        b.reject(proposal_id_of(raw_output), "parse", exc.code)
+        b.reject(proposal_id_of(raw_output), "parse", exc.code, **_parse_problem(raw_output))
         b.absorb(fingerprint)
         return b.done()
 
@@ -96,6 +111,13 @@ def decide(
     return _tool(
         b, output, grants, confirmations, registry, lookups, now_ms, resuming, confirmation_id
     )
+
+
+def _parse_problem(raw: Any) -> dict[str, str]:
+    """Why a model planner's response was refused, for the model to read next turn: only a
+    word of the closed ``PARSE_PROBLEMS`` vocabulary, never text the planner wrote."""
+    problem = raw.get("problem") if isinstance(raw, dict) else None
+    return {"problem": problem} if problem in PARSE_PROBLEMS else {}
 
 
 def _final(b: Builder, final: FinalProposal, lookups: Lookups) -> Commit:

@@ -51,6 +51,10 @@ _SAFE_ACTIONS: dict[str, list[str]] = {
         "review the partial artifacts",
         "start a new run with a larger budget",
     ],
+    StopReason.MAX_TOKENS_REACHED: [
+        "review the partial artifacts and the tokens each planner.output spent",
+        "start a new run with a larger max_tokens, or a smaller model",
+    ],
 }
 _DEFAULT_SAFE = ["read the trace and observations", "fail the run with a reason"]
 

@@ -44,7 +44,23 @@ def precheck(state: RunState, *, now_ms: int, resuming: bool) -> Commit | None:
         b.stop(Event.FAIL, StopReason.MAX_STEPS_REACHED, step=state.step)
         b.commit.handoff_reason = StopReason.MAX_STEPS_REACHED
         return b.done()
+    if not resuming and state.tokens_used >= state.max_tokens:
+        return tokens_exhausted(state)
     return None
+
+
+def tokens_exhausted(state: RunState) -> Commit:
+    """The run's model tokens are spent: it stops as at MAX_STEPS_REACHED (failed, handoff)."""
+    b = Builder(state, None)
+    b.stop(
+        Event.FAIL,
+        StopReason.MAX_TOKENS_REACHED,
+        None,
+        tokens_used=state.tokens_used,
+        max_tokens=state.max_tokens,
+    )
+    b.commit.handoff_reason = StopReason.MAX_TOKENS_REACHED
+    return b.done()
 
 
 def request_cancel(state: RunState, *, by: str, reason: str, active_tool: bool) -> Commit:

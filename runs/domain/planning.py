@@ -31,6 +31,24 @@ class PlannerContext:
     preferences: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PlannerReply:
+    """A planner output with what producing it cost: a model planner's tokens, and a summary
+    for the ``planner.output`` event (endpoint, model, token counts; names and counts only).
+    A planner may also return the bare output (the fixture planner does): it cost nothing."""
+
+    output: Any
+    tokens: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def unwrap(reply: Any) -> tuple[Any, int, dict[str, Any]]:
+    """(output, tokens, trace details) of whatever ``Planner.next`` returned."""
+    if isinstance(reply, PlannerReply):
+        return reply.output, reply.tokens, dict(reply.details)
+    return reply, 0, {}
+
+
 class Planner(Protocol):
     source: str
 

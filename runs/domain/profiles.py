@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,11 +31,13 @@ from runs.domain.budgets import (
     RepeatedProposals,
     RunBudgets,
     Steps,
+    Tokens,
     ToolCalls,
 )
+from runs.domain.model_planning import PLANNER_KIND, PlannerConfigInvalid, check_config
 
 PLACEHOLDER = "{subject}"
-PLANNER_KINDS = ("fixture",)
+PLANNER_KINDS = ("fixture", PLANNER_KIND)
 Audience = Literal["all", "users", "groups"]
 AUDIENCES: tuple[str, ...] = get_args(Audience)
 MAX_TEMPLATES = 20
@@ -87,6 +89,7 @@ class ProfileBudgets(BaseModel):
     max_tool_calls: ToolCalls = _RUN_DEFAULTS.max_tool_calls
     max_repeated_proposal: RepeatedProposals = _RUN_DEFAULTS.max_repeated_proposal
     deadline_s: Annotated[int, Field(ge=1, le=MAX_DEADLINE_S)] = _RUN_DEFAULTS.deadline_ms // 1000
+    max_tokens: Tokens = _RUN_DEFAULTS.max_tokens
 
     def run_budgets(self) -> RunBudgets:
         return RunBudgets(
@@ -94,6 +97,7 @@ class ProfileBudgets(BaseModel):
             max_tool_calls=self.max_tool_calls,
             max_repeated_proposal=self.max_repeated_proposal,
             deadline_ms=self.deadline_s * 1000,
+            max_tokens=self.max_tokens,
         )
 
 
@@ -133,17 +137,24 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err.get('msg', 'invalid')}"
 
 
-def validate_profile(raw: Mapping[str, Any], *, tools: Mapping[str, Sequence[str]]) -> ProfileSpec:
+def validate_profile(
+    raw: Mapping[str, Any],
+    *,
+    tools: Mapping[str, Sequence[str]],
+    endpoints: Collection[str] = (),
+) -> ProfileSpec:
     """The profile as a checked value, or a ``ProfileInvalid`` with a stable code.
 
-    ``tools`` maps each registered tool name to the capabilities it requires.
+    ``tools`` maps each registered tool name to the capabilities it requires; ``endpoints``
+    names the model endpoints the deployment configures.
 
     1. Shape and types (pydantic, strict: ``"3"`` is not a number, ``true`` is not ``1``).
     2. Who may use it: named users or groups when the audience says so.
     3. Tools: each is registered.
     4. Grant templates: each scope template is well formed and expands safely; each capability
        serves one of the profile's tools (a grant for nothing the profile may call is a mistake).
-    5. Planner: a kind that exists; a fixture script proposes only the profile's tools.
+    5. Planner: a kind that exists; a fixture script proposes only the profile's tools; a model
+       planner names a configured endpoint (the model offers only tools the grants allow).
     """
     try:
         spec = ProfileSpec.model_validate(dict(raw))
@@ -166,7 +177,7 @@ def validate_profile(raw: Mapping[str, Any], *, tools: Mapping[str, Sequence[str
                 f"no tool of this profile needs {template.capability!r}",
                 capability=template.capability,
             )
-    check_planner(spec.planner, allowed=spec.tools)
+    check_planner(spec.planner, allowed=spec.tools, endpoints=endpoints)
     return spec
 
 
@@ -247,10 +258,18 @@ def expand_grants(
     return out
 
 
-def check_planner(planner: Mapping[str, Any], *, allowed: Sequence[str]) -> None:
+def check_planner(
+    planner: Mapping[str, Any], *, allowed: Sequence[str], endpoints: Collection[str] = ()
+) -> None:
     kind = planner.get("kind")
     if kind not in PLANNER_KINDS:
         raise _refuse(PLANNER_INVALID, f"planner kind must be one of {', '.join(PLANNER_KINDS)}")
+    if kind == PLANNER_KIND:
+        try:
+            check_config(planner, endpoints=endpoints)
+        except PlannerConfigInvalid as exc:
+            raise _refuse(PLANNER_INVALID, exc.message, cause=exc.code, **exc.extra) from None
+        return
     if set(planner) - {"kind", "outputs"}:
         raise _refuse(PLANNER_INVALID, "a fixture planner has a kind and outputs, nothing else")
     outputs = planner.get("outputs")

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand, reissue
+from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
@@ -28,7 +29,8 @@ from runs.domain.commits import Commit
 from runs.domain.decide import decide
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status, StopReason
-from runs.domain.planning import Planner, PlannerContext, PlannerError
+from runs.domain.model_planning import offerable, usable_capabilities
+from runs.domain.planning import Planner, PlannerContext, PlannerError, unwrap
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
@@ -196,31 +198,37 @@ class Runner:
         raw = None
         source = "pending"
         summary = None
+        tokens = 0
+        # Read once for the context (the tools these grants could allow) and the gate. Grants
+        # change only in this run's own commits (grant uses): the version check covers the read.
+        grants = self.store.grants(state.run_id)
         if not resuming:
             if not self._pay_step(state, now):
                 return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
-            context = self.context(state)
+            context = self.context(state, grants=grants)
             # What the planner saw, as a summary: sizes and keys, never the content.
             summary = {
                 "context_items": len(context.observations),
                 "context_preferences": sorted(context.preferences)[:32],
             }
             try:
-                raw = planner().next(state, context)
+                raw, tokens, details = unwrap(planner().next(state, context))
             except PlannerError as exc:
                 self._refund_step(state, now)  # no step is spent
                 return lifecycle.fail(state, exc.code)
             source = planner().source
+            summary.update(details)
         return decide(
             state,
             raw,
             source=source,
-            grants=self.store.grants(state.run_id),
+            grants=grants,
             confirmations=self.store.confirmations(state.run_id),
             registry=self.registry,
             lookups=self.store.lookups(state.run_id),
             now_ms=now,
             context_summary=summary,
+            tokens=tokens,
         )
 
     def _pay_step(self, state: RunState, now_ms: int) -> bool:
@@ -241,16 +249,21 @@ class Runner:
             self._paid = None
             self.quota.give_back(state.subject, now_ms)
 
-    def context(self, state: RunState) -> PlannerContext:
+    def context(
+        self, state: RunState, *, grants: Iterable[CapabilityGrant] | None = None
+    ) -> PlannerContext:
         """The bounded view the planner gets for its next step (also shown to operators)."""
         # The bounded working-memory view, each item with its trust label: never the history.
         observations = [i.as_dict() for i in self.store.working_view(state.run_id, state.step)]
         extras = self.context_extras(state) if self.context_extras else {}
+        grants = self.store.grants(state.run_id) if grants is None else grants
+        capabilities = usable_capabilities(grants, step=state.step + 1)
         return PlannerContext(
             goal=state.goal,
             step=state.step,
             observations=observations,
-            tools=[c.describe() for c in self.registry],
+            # Only tools some grant of the run could still allow: the rest can only be refused.
+            tools=offerable((c.describe() for c in self.registry), capabilities),
             preferences=extras.get("preferences", {}),
         )
 

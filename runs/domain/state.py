@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from runs.domain.budgets import DEFAULT_MAX_TOKENS
 from runs.domain.machine import Status
 
 
@@ -36,6 +37,9 @@ class RunState(BaseModel):
     unresolved_effects: int = 0
     trace_seq: int = 0
     observation_seq: int = 0
+    # Model tokens spent by the run's planner steps, against its ``max_tokens`` budget.
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    tokens_used: int = 0
 
     def public(self) -> dict[str, Any]:
         """The seed's RunState fields, snake_case, as scenario output and the API show them."""

@@ -102,7 +102,12 @@ def _status_tone(status: str) -> Tone:
 
 def _planner(d: Mapping[str, Any]) -> tuple[Tone, str]:
     what = {"tool": "a tool call", "final": "a final answer"}.get(_s(d, "kind"), _s(d, "kind"))
-    return Tone.INFO, f"Planner proposed {what} ({_s(d, 'source')})"
+    by = _s(d, "source")
+    if d.get("model") is not None:
+        # A model step says which model, through which endpoint, at what cost in tokens.
+        tokens = sum(v for k in ("input_tokens", "output_tokens") if isinstance(v := d.get(k), int))
+        by += f": {_s(d, 'model')} via {_s(d, 'endpoint')}, {tokens} tokens"
+    return Tone.INFO, f"Planner proposed {what} ({by})"
 
 
 def _received(d: Mapping[str, Any]) -> tuple[Tone, str]:

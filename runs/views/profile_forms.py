@@ -9,7 +9,13 @@ from typing import Any
 
 from django import forms
 
-from runs.domain.budgets import MAX_DEADLINE_S, MAX_REPEATED_PROPOSAL_CEILING, MAX_STEPS_CEILING
+from runs.domain.budgets import (
+    MAX_DEADLINE_S,
+    MAX_REPEATED_PROPOSAL_CEILING,
+    MAX_STEPS_CEILING,
+    MAX_TOKENS_CEILING,
+)
+from runs.domain.model_planning import MAX_MODEL_NAME, PLANNER_KIND
 from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
 
 _AUDIENCE_LABELS = {"all": "All users", "users": "Named users", "groups": "Groups"}
@@ -55,9 +61,22 @@ class ProfileForm(forms.Form):
     )
     planner_kind = forms.ChoiceField(choices=[(k, k) for k in PLANNER_KINDS], label="Planner")
     planner_outputs = forms.CharField(
+        required=False,
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
         label="Planner outputs",
-        help_text="The fixture planner's scripted outputs, in order. " + _JSON_HELP,
+        help_text="Fixture planner only: its scripted outputs, in order. " + _JSON_HELP,
+    )
+    planner_endpoint = forms.ChoiceField(
+        required=False,
+        label="Model endpoint",
+        choices=(),
+        help_text="Model planner only: a configured endpoint (its URL and key stay in settings).",
+    )
+    planner_model = forms.CharField(
+        required=False,
+        max_length=MAX_MODEL_NAME,
+        label="Model",
+        help_text="Model planner only: empty uses the endpoint's model.",
     )
     tools = forms.MultipleChoiceField(
         widget=forms.CheckboxSelectMultiple, label="Tools allowed", choices=()
@@ -81,12 +100,24 @@ class ProfileForm(forms.Form):
     deadline_s = forms.IntegerField(
         min_value=1, max_value=MAX_DEADLINE_S, label="Time limit (seconds)"
     )
+    max_tokens = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_TOKENS_CEILING,
+        label="Max model tokens",
+        help_text="Input + output tokens a run's model planner may spend.",
+    )
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
-    def __init__(self, *args: Any, tools: Iterable[str] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, tools: Iterable[str] = (), endpoints: Iterable[str] = (), **kwargs: Any
+    ) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["tools"].choices = [(t, t) for t in tools]  # type: ignore[attr-defined]
+        self.fields["planner_endpoint"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (e, e) for e in endpoints
+        ]
 
     def clean_planner_outputs(self) -> Any:
         return _json(self.cleaned_data["planner_outputs"], what="Planner outputs", kind=list)
@@ -103,14 +134,29 @@ class ProfileForm(forms.Form):
             "audience": d["audience"],
             "users": _names(d["users"]),
             "groups": _names(d["groups"]),
-            "planner": {"kind": d["planner_kind"], "outputs": d["planner_outputs"]},
+            "planner": _planner(d),
             "tools": list(d["tools"]),
             "grant_templates": d["grant_templates"],
             "budgets": {
                 k: d[k]
-                for k in ("max_steps", "max_tool_calls", "max_repeated_proposal", "deadline_s")
+                for k in (
+                    "max_steps",
+                    "max_tool_calls",
+                    "max_repeated_proposal",
+                    "deadline_s",
+                    "max_tokens",
+                )
+                if d.get(k) is not None  # an empty token budget is the default one
             },
         }
+
+
+def _planner(d: dict[str, Any]) -> dict[str, Any]:
+    """The planner the form describes: the fields of the other kind are not part of it."""
+    if d["planner_kind"] == PLANNER_KIND:
+        out = {"kind": PLANNER_KIND, "endpoint": d["planner_endpoint"]}
+        return out | ({"model": d["planner_model"]} if d["planner_model"] else {})
+    return {"kind": d["planner_kind"], "outputs": d["planner_outputs"]}
 
 
 def initial_from(data: dict[str, Any], *, version: int | None = None) -> dict[str, Any]:
@@ -125,6 +171,8 @@ def initial_from(data: dict[str, Any], *, version: int | None = None) -> dict[st
         "planner_outputs": json.dumps(
             data["planner"].get("outputs", []), indent=2, ensure_ascii=False
         ),
+        "planner_endpoint": data["planner"].get("endpoint", ""),
+        "planner_model": data["planner"].get("model", ""),
         "tools": data["tools"],
         "grant_templates": json.dumps(data["grant_templates"], indent=2, ensure_ascii=False),
         **data["budgets"],

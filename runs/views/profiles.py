@@ -76,7 +76,7 @@ def _submit(
     foreign = _foreign_post(request, ProfileForm)
     if foreign is not None:
         return foreign
-    form = ProfileForm(request.POST, tools=_tools())
+    form = ProfileForm(request.POST, tools=_tools(), endpoints=profiles.model_endpoint_names())
     failure: DomainError | None = None
     if form.is_valid():
         try:
@@ -91,7 +91,12 @@ def _submit(
 @require_http_methods(["GET", "POST"])
 def profile_list(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
-        return _list_page(request, ProfileForm(tools=_tools(), initial=NEW_PROFILE))
+        return _list_page(
+            request,
+            ProfileForm(
+                tools=_tools(), endpoints=profiles.model_endpoint_names(), initial=NEW_PROFILE
+            ),
+        )
 
     def save(form: ProfileForm) -> Any:
         return profiles.profile_create(
@@ -119,7 +124,11 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     row = profiles.profile_get(profile_id=profile_id)
     if request.method == "GET":
         initial = initial_from(profiles.profile_form_data(row), version=row.version)
-        return _edit_page(request, row, ProfileForm(tools=_tools(), initial=initial))
+        return _edit_page(
+            request,
+            row,
+            ProfileForm(tools=_tools(), endpoints=profiles.model_endpoint_names(), initial=initial),
+        )
 
     def save(form: ProfileForm) -> Any:
         return profiles.profile_update(

@@ -281,7 +281,9 @@ def test_detail_shows_state_budgets_and_counters(people: kit.People) -> None:
         "max_tool_calls": 2,
         "max_repeated_proposal": 2,
         "deadline_ms": 60000,
+        "max_tokens": 200_000,  # the default token budget (a fixture planner spends none)
     }
+    assert (run["max_tokens"], run["tokens_used"]) == (200_000, 0)
     assert run["answer"] is None
     assert run["citations"] == []
 

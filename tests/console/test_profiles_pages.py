@@ -296,3 +296,30 @@ def test_the_admin_shows_a_profile_read_only_with_redacted_fields_masked(demo: N
     assert "write_artifact" in html
     assert "quarantine queue for a person" not in html  # the report's content is redacted
     assert 'name="name"' not in html  # read-only: no form fields
+
+
+def test_operator_points_a_profile_at_a_configured_model_endpoint(
+    operator: Any, settings: Any
+) -> None:
+    settings.AGENTCONSOLE_MODEL_ENDPOINTS = {
+        "local": {"base_url": "http://127.0.0.1:9/v1", "api_key": "k", "model": "m"}
+    }
+    page = client_for(operator).get("/profiles/").content.decode()
+    assert '<option value="local">local</option>' in page
+    assert "http://127.0.0.1:9/v1" not in page  # the page names endpoints, never their URL
+    model = {"planner_kind": "openai", "planner_endpoint": "local", "planner_outputs": "",
+             "planner_model": "qwen2.5-7b", "max_tokens": "9000"}  # fmt: skip
+    response = client_for(operator).post("/profiles/", form(**model))
+    assert response.status_code == 302, response.content.decode()[:500]
+    row = RunProfile.objects.get(name="new-research")
+    assert row.planner == {"kind": "openai", "endpoint": "local", "model": "qwen2.5-7b"}
+    assert row.budgets["max_tokens"] == 9000
+    edit = client_for(operator).get(f"/profiles/{row.pk}/").content.decode()
+    assert '<option value="local" selected>local</option>' in edit
+
+
+def test_a_model_planner_without_an_endpoint_is_refused(operator: Any) -> None:
+    response = client_for(operator).post("/profiles/", form(planner_kind="openai"))
+    assert response.status_code == 400
+    assert "PROFILE_PLANNER_INVALID" in response.content.decode()
+    assert not RunProfile.objects.exists()

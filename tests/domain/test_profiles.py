@@ -173,3 +173,21 @@ def test_a_stored_template_of_the_wrong_shape_is_refused_at_expansion() -> None:
     with pytest.raises(p.ProfileInvalid) as caught:
         p.expand_grants([no_expiry], subject="a")
     assert caught.value.code == "PROFILE_TEMPLATE_INVALID"
+
+
+def test_a_profile_may_choose_the_model_planner_of_a_configured_endpoint() -> None:
+    model = {"kind": "openai", "endpoint": "local", "model": "llama3.1"}
+    spec = p.validate_profile(profile(planner=model), tools=TOOLS, endpoints=["local"])
+    assert spec.planner == model
+    assert spec.budgets.run_budgets().max_tokens == p.ProfileBudgets().max_tokens
+    for bad, cause in (
+        ({"kind": "openai", "endpoint": "local"}, None),  # no endpoint configured at all
+        ({**model, "base_url": "http://elsewhere/v1"}, "PLANNER_CONFIG_INVALID"),
+        ({**model, "api_key": "sk-x"}, "PLANNER_CONFIG_INVALID"),
+    ):
+        with pytest.raises(p.ProfileInvalid) as exc:
+            p.validate_profile(
+                profile(planner=bad), tools=TOOLS, endpoints=[] if not cause else ["local"]
+            )
+        assert exc.value.code == p.PLANNER_INVALID
+        assert exc.value.extra["cause"] == (cause or "PLANNER_ENDPOINT_UNKNOWN")

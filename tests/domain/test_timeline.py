@@ -167,3 +167,18 @@ def test_details_read_as_key_value_words_strings_as_they_are_the_rest_as_json() 
         }
     )
     assert entry.details_text == 'citations=["tool-1"] by=alice n=2 ok=true x=null'
+
+
+def test_a_model_step_names_its_model_endpoint_and_tokens() -> None:
+    model = {"kind": "tool", "source": "model", "model": "qwen2.5-7b", "endpoint": "local",
+             "input_tokens": 800, "output_tokens": 40, "step": 1}  # fmt: skip
+    entry = describe({"sequence": 3, "event": "planner.output", "details": model})
+    assert entry.summary == "Planner proposed a tool call (model: qwen2.5-7b via local, 840 tokens)"
+    fixture = describe(
+        {
+            "sequence": 3,
+            "event": "planner.output",
+            "details": {"kind": "final", "source": "fixture"},
+        }
+    )
+    assert fixture.summary == "Planner proposed a final answer (fixture)"

@@ -37,8 +37,8 @@ def planner_views(monkeypatch) -> dict[int, dict[str, Any]]:
     seen: dict[int, dict[str, Any]] = {}
     original = Runner.context
 
-    def spy(self, state):
-        context = original(self, state)
+    def spy(self, state, **kwargs):
+        context = original(self, state, **kwargs)
         rows = WorkingMemoryItem.objects.filter(run_id=state.run_id)
         seen[state.step] = {
             "observations": context.observations,

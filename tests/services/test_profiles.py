@@ -68,6 +68,7 @@ def test_a_profile_is_created_through_the_domain(operator: Any, alice: Any) -> N
     assert list(row.users.all()) == [alice]
     assert row.budgets == {
         "max_steps": 4, "max_tool_calls": 2, "max_repeated_proposal": 2, "deadline_s": 120,
+        "max_tokens": 200_000,
     }  # fmt: skip
 
 

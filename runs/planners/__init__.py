@@ -1,0 +1,1 @@
+"""Planners that talk to something outside the process (the model planner)."""
