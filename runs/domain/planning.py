@@ -15,6 +15,14 @@ class PlannerError(DomainError):
     code = "PLANNER_FAILED"
 
 
+def failure_details(exc: PlannerError) -> dict[str, int]:
+    """What ``run.stopped`` says about a failed planner call: the endpoint's last HTTP status and
+    the attempts made (numbers only; a plugin planner's other extras are not trace details)."""
+    # "http_status": the event's own "status" is the run's.
+    named = {"status": "http_status", "attempts": "attempts"}
+    return {named[k]: v for k in named if isinstance(v := exc.extra.get(k), int)}
+
+
 class PlannerExhausted(PlannerError):
     code = "PLANNER_EXHAUSTED"
 

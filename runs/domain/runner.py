@@ -30,7 +30,13 @@ from runs.domain.decide import decide
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status, StopReason
 from runs.domain.model_planning import offerable, usable_capabilities
-from runs.domain.planning import Planner, PlannerContext, PlannerError, unwrap
+from runs.domain.planning import (
+    Planner,
+    PlannerContext,
+    PlannerError,
+    failure_details,
+    unwrap,
+)
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
@@ -215,7 +221,7 @@ class Runner:
                 raw, tokens, details = unwrap(planner().next(state, context))
             except PlannerError as exc:
                 self._refund_step(state, now)  # no step is spent
-                return lifecycle.fail(state, exc.code)
+                return lifecycle.fail(state, exc.code, **failure_details(exc))
             source = planner().source
             summary.update(details)
         return decide(

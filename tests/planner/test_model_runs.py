@@ -197,16 +197,21 @@ def test_hostile_retrieved_text_goes_as_data_and_save_preference_still_waits(
 
 
 @pytest.mark.parametrize(
-    ("replies", "code"),
+    ("replies", "code", "last_status"),
     [
-        ([status(429)] * 3, "PLANNER_RATE_LIMITED"),
-        ([status(500)] * 3, "PLANNER_UNAVAILABLE"),
-        ([HANG] * 3, "PLANNER_TIMEOUT"),
-        ([status(401)], "PLANNER_REQUEST_REJECTED"),
+        ([status(429)] * 3, "PLANNER_RATE_LIMITED", 429),
+        ([status(500)] * 3, "PLANNER_UNAVAILABLE", 500),
+        ([HANG] * 3, "PLANNER_TIMEOUT", None),
+        ([status(401)], "PLANNER_REQUEST_REJECTED", 401),
     ],
 )
 def test_an_endpoint_that_fails_stops_the_run_with_its_code(
-    server: ReplayServer, runner: Runner, e2e_clock: FakeClock, replies: list[Any], code: str
+    server: ReplayServer,
+    runner: Runner,
+    e2e_clock: FakeClock,
+    replies: list[Any],
+    code: str,
+    last_status: int | None,
 ) -> None:
     server.play(*replies)
     run_id = start(e2e_clock)
@@ -214,7 +219,11 @@ def test_an_endpoint_that_fails_stops_the_run_with_its_code(
     assert (state.status.value, state.stop_reason) == ("failed", code)
     assert state.step == 0  # no planner output: no step spent
     assert len(server.received) == len(replies)
-    assert events(run_id, "run.stopped")[-1]["reason"] == code
+    stopped = events(run_id, "run.stopped")[-1]
+    assert stopped["reason"] == code
+    # How it ended, in numbers: the attempts made and the endpoint's last status.
+    assert stopped["attempts"] == len(replies)
+    assert stopped.get("http_status") == last_status
 
 
 def test_a_transient_failure_is_retried_within_the_step(
