@@ -27,6 +27,7 @@ from policy.domain.decisions import (
 from policy.domain.grants import CapabilityGrant, authorize
 from policy.domain.proposals import ActionProposal
 from policy.domain.registry import RegisteredTool, ToolRegistry
+from policy.domain.tool_policy import EMPTY, Provenance, ToolPolicy, requirement
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class RunView:
     max_tool_calls: int
     deadline_ms: int
     unresolved_effects: int = 0
+    # The tool policy the run recorded when it was created (never a profile read later).
+    tool_policy: ToolPolicy = EMPTY
 
 
 class _Rejected(Exception):
@@ -121,7 +124,10 @@ def evaluate(
     confirmations: Iterable[Confirmation],
     registry: ToolRegistry,
     now_ms: int,
+    provenance: Provenance | None = None,
 ) -> Decision:
+    """``provenance``: the trust facts of this proposal's citations and of the planner's view
+    (``when_untrusted`` needs them; without them such a tool always asks)."""
     passed: list[str] = ["parse"]
     try:
         tool = _lookup(registry, proposal)
@@ -151,8 +157,17 @@ def evaluate(
     passed.append("authorization")
 
     p_hash = proposal.hash()
+    needs = requirement(
+        run.tool_policy.for_tool(contract.name),
+        contract,
+        arguments=arguments,
+        cited_ids=proposal.source_observation_ids,
+        provenance=provenance,
+        path_field=_path_field(tool),
+    )
     confirmation = check_confirmation(
         contract=contract,
+        mode=needs.mode,
         proposal_hash=p_hash,
         confirmations=confirmations,
         run_id=run.run_id,
@@ -170,6 +185,8 @@ def evaluate(
             existing_confirmation_id=confirmation.confirmation_id,
             passed=tuple(passed),
             why=confirmation.why,
+            trigger=needs.trigger,
+            untrusted_ids=needs.untrusted_ids,
         )
     passed.append("confirmation")
 

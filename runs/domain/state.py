@@ -36,6 +36,9 @@ class RunState(BaseModel):
     unresolved_effects: int = 0
     trace_seq: int = 0
     observation_seq: int = 0
+    # The effective tool policy recorded when the run was created (policy.domain.tool_policy);
+    # written once, never by a step ({} = each tool's contract mode, as before issue 12).
+    tool_policy: dict[str, Any] = {}
 
     def public(self) -> dict[str, Any]:
         """The seed's RunState fields, snake_case, as scenario output and the API show them."""
