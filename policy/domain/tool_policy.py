@@ -25,9 +25,9 @@ import enum
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policy.domain.contracts import ConfirmationMode, ToolContract
 from policy.domain.errors import DomainError
@@ -69,9 +69,10 @@ class PolicyEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    confirmation: ConfirmationPolicy | None = None
+    # Enum values arrive as JSON strings: lax for these two (an int is still no member).
+    confirmation: Annotated[ConfirmationPolicy | None, Field(strict=False)] = None
     auto_constraints: dict[str, Constraint] = {}
-    approvers: Approvers | None = None
+    approvers: Annotated[Approvers | None, Field(strict=False)] = None
 
     @model_validator(mode="after")
     def _constraints_need_their_policy(self) -> PolicyEntry:
@@ -218,7 +219,8 @@ def profile_refusal(
     deployment: PolicyEntry | None, profile: PolicyEntry, facts: ToolFacts
 ) -> str | None:
     """Why ``profile`` would loosen the deployment's policy for this tool (None: it does not)."""
-    base, mine = _level(deployment, facts), _level(profile, facts)
+    base = _level(deployment, facts)
+    mine = base if profile.confirmation is None else profile.confirmation.value
     if join_confirmation(base, mine) != mine:
         return f"confirmation {mine!r} is not at least as strict as the deployment's {base!r}"
     if (
@@ -246,9 +248,14 @@ def join_entries(
 ) -> PolicyEntry | None:
     """The least policy at least as strict as both (``profile_refusal`` keeps a saved profile
     from relying on this; it matters when the deployment changed after the profile was saved)."""
-    if deployment is None or profile is None:
-        return deployment or profile
-    level = join_confirmation(_level(deployment, facts), _level(profile, facts))
+    if profile is None:
+        return deployment
+    # No deployment entry: the profile is joined with the contract's own mode.
+    deployment = deployment or PolicyEntry()
+    base = _level(deployment, facts)
+    # A profile entry without a confirmation (only approvers, say) has no opinion on it.
+    mine = base if profile.confirmation is None else profile.confirmation.value
+    level = join_confirmation(base, mine)
     constraints: dict[str, Constraint] = {}
     if level == ConfirmationPolicy.OUTSIDE_CONSTRAINTS.value:
         constraints = {**deployment.auto_constraints}

@@ -375,7 +375,7 @@ def _layer_events(b: Builder, pid: str, decision: Any) -> None:
             # Which tool-policy rule asked, and the untrusted observations it saw (ids only).
             why = {
                 "why": decision.trigger,
-                "untrusted_observation_ids": list(decision.untrusted_ids),
+                "untrusted_observation_ids": list(decision.untrusted_ids)[:32],
             }
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why, **why)
     elif layer == "confirmation":
