@@ -11,6 +11,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
+from agentconsole import wiring
 from runs.demo_users import DEMO_USERS
 
 # The accounts ``load_demo`` creates, each with its user name as password (runs/demo_users.py).
@@ -53,8 +54,6 @@ def check_no_demo_passwords(app_configs: Any = None, **kwargs: Any) -> list[Any]
 def check_tool_policy(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """issue 12 item 3: AGENTCONSOLE_TOOL_POLICY (and the tools it names) must be valid, so a
     typo in a tool name or a policy value stops ``manage.py check`` and the start-up."""
-    from agentconsole import wiring  # the composition root; imported late like apps.ready
-
     try:
         wiring.tool_policy()
     except ImproperlyConfigured as exc:

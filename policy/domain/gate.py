@@ -157,6 +157,43 @@ def evaluate(
     passed.append("authorization")
 
     p_hash = proposal.hash()
+    confirmation = _confirmation(
+        proposal, tool, run, arguments, confirmations, provenance, p_hash, passed
+    )
+    if not isinstance(confirmation, ConfirmationCheck):
+        return confirmation
+    passed.append("confirmation")
+
+    stopped = _state_and_budget(run, now_ms, passed)
+    if stopped is not None:
+        return stopped
+    command = _command(
+        proposal,
+        contract,
+        run=run,
+        arguments=arguments,
+        resource=resource,
+        proposal_hash=p_hash,
+        grant_ids=auth.grant_ids,
+        confirmation=confirmation,
+        now_ms=now_ms,
+    )
+    return Execute(command=command, passed=tuple(passed))
+
+
+def _confirmation(
+    proposal: ActionProposal,
+    tool: RegisteredTool,
+    run: RunView,
+    arguments: dict[str, Any],
+    confirmations: Iterable[Confirmation],
+    provenance: Provenance | None,
+    p_hash: str,
+    passed: list[str],
+) -> ConfirmationCheck | Decision:
+    """The confirmation layer: the mode the run's tool policy gives this call (the contract's
+    own when the policy does not name the tool), then the confirmation evidence for it."""
+    contract = tool.contract
     needs = requirement(
         run.tool_policy.for_tool(contract.name),
         contract,
@@ -188,23 +225,7 @@ def evaluate(
             trigger=needs.trigger,
             untrusted_ids=needs.untrusted_ids,
         )
-    passed.append("confirmation")
-
-    stopped = _state_and_budget(run, now_ms, passed)
-    if stopped is not None:
-        return stopped
-    command = _command(
-        proposal,
-        contract,
-        run=run,
-        arguments=arguments,
-        resource=resource,
-        proposal_hash=p_hash,
-        grant_ids=auth.grant_ids,
-        confirmation=confirmation,
-        now_ms=now_ms,
-    )
-    return Execute(command=command, passed=tuple(passed))
+    return confirmation
 
 
 def _state_and_budget(run: RunView, now_ms: int, passed: list[str]) -> Decision | None:
