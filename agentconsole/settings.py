@@ -14,6 +14,7 @@ import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -330,6 +331,15 @@ AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"
 # Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
 AGENTCONSOLE_TOOLS: list[str] = []
 AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
+
+# Per-tool confirmation policy, auto constraints and approvers (README "Tool policy
+# reference"), as a JSON object; checked against the registered tools at start-up (E002).
+try:
+    AGENTCONSOLE_TOOL_POLICY: dict[str, Any] = json.loads(
+        os.environ.get("AGENTCONSOLE_TOOL_POLICY", "").strip() or "{}"
+    )
+except json.JSONDecodeError as exc:
+    raise RuntimeError(f"AGENTCONSOLE_TOOL_POLICY must be a JSON object: {exc}") from None
 
 # Root under which tools such as write_artifact may write; nothing escapes it.
 AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
