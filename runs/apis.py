@@ -59,7 +59,7 @@ class RunOut(serializers.ModelSerializer):
             "run_id", "subject", "goal", "owner", "status", "version", "step", "max_steps",
             "tool_calls", "max_tool_calls", "max_repeated_proposal", "deadline_ms",
             "stop_reason", "answer", "citations", "pending_confirmation_id", "budgets",
-            "created_at", "updated_at",
+            "tool_policy", "created_at", "updated_at",
         ]  # fmt: skip
 
 

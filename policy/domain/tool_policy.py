@@ -110,6 +110,12 @@ class ToolPolicy:
     def data(self) -> dict[str, Any]:
         return {name: e.data() for name, e in sorted(self.entries.items())}
 
+    def approvers_for(self, name: str) -> str | None:
+        """Who may decide this tool's confirmations under this policy; None: the default
+        (the approvers' own rule). The seam to the confirmation-decision services."""
+        entry = self.entries.get(name)
+        return entry.approvers.value if entry is not None and entry.approvers else None
+
     def __bool__(self) -> bool:
         return bool(self.entries)
 
@@ -187,26 +193,22 @@ def parse_tool_policy(
 # --- strictness --------------------------------------------------------------------------------
 
 
-def _at_least(a: str, b: str, *, bottom: str, top: str) -> bool:
-    return a in (b, top) or b == bottom
+def _join(a: str, b: str, *, bottom: str, top: str) -> str:
+    """The least element at least as strict as both, in an order with one bottom, one top and
+    the rest mutually incomparable (so two different middle elements join to the top)."""
+    if a in (b, top) or b == bottom:
+        return a
+    if b == top or a == bottom:
+        return b
+    return top
 
 
 def join_confirmation(a: str, b: str) -> str:
-    never, always = ConfirmationPolicy.NEVER.value, ConfirmationPolicy.ALWAYS.value
-    if _at_least(a, b, bottom=never, top=always):
-        return a
-    if _at_least(b, a, bottom=never, top=always):
-        return b
-    return always  # incomparable: the only level at least as strict as both
+    return _join(a, b, bottom=ConfirmationPolicy.NEVER.value, top=ConfirmationPolicy.ALWAYS.value)
 
 
 def join_approvers(a: str, b: str) -> str:
-    low, high = Approvers.OWNER_OR_OPERATOR.value, Approvers.FOUR_EYES.value
-    if _at_least(a, b, bottom=low, top=high):
-        return a
-    if _at_least(b, a, bottom=low, top=high):
-        return b
-    return high
+    return _join(a, b, bottom=Approvers.OWNER_OR_OPERATOR.value, top=Approvers.FOUR_EYES.value)
 
 
 def _level(entry: PolicyEntry | None, facts: ToolFacts) -> str:

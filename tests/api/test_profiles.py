@@ -194,4 +194,5 @@ def test_a_profile_shows_its_tool_policy_and_its_runs_record_it(
     (listed,) = kit.assert_ok(people.alice.get("/api/profiles/"))
     assert listed["tool_policy"] == policy
     body = kit.assert_ok(people.alice.post("/api/runs/", {"goal": "g", "profile": "strict"}), 201)
+    assert body["tool_policy"] == policy
     assert Run.objects.get(pk=body["run_id"]).tool_policy == policy

@@ -554,7 +554,12 @@ def test_the_effective_policy_is_never_looser_than_either():
             "probe": {"confirmation": "never"},  # loosens the contract: joined back to always
         }
     )
-    eff = effective_policy(DEPLOYMENT, profile, tools=FACTS).data()
+    joined = effective_policy(DEPLOYMENT, profile, tools=FACTS)
+    assert (joined.approvers_for("kv_put"), joined.approvers_for("search_public")) == (
+        "four_eyes",
+        None,
+    )
+    eff = joined.data()
     assert eff["kv_put"] == {
         "confirmation": "outside_constraints",
         "auto_constraints": {"key": {"prefix": "notes/"}, "value": {"maximum": 3}},

@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from agentconsole import checks, wiring
+from memory.models import WorkingMemoryItem
 from policy.domain.observations import TrustLabel
 from policy.models import Confirmation
 from runs import models as m
@@ -245,6 +246,10 @@ def test_a_tool_labels_the_parts_of_its_result(world: Any, client: Any, operator
         "description": "untrusted-content",
         "ticket": "trusted-tool",
     }
+    # The planner's view carries the labels with the content.
+    item = WorkingMemoryItem.objects.get(run_id=run_id, item_id="wm-tool-1")
+    assert item.trust == "untrusted-content"
+    assert '"part_trust": {"description": "untrusted-content"' in item.content
     validated = m.TraceEvent.objects.get(run_id=run_id, event="tool.result.validated")
     assert validated.details["untrusted_parts"] == ["description"]
     assert run.status == Status.WAITING_CONFIRMATION.value
