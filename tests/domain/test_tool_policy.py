@@ -38,7 +38,7 @@ from policy.domain.tool_policy import (
     parse_tool_policy,
     tool_facts,
 )
-from tests.domain.toolkit import RUN_ID, Toolkit, grant, run_view, tool
+from tests.domain.toolkit import RUN_ID, Toolkit, grant, harness, run_view, tool
 
 NOW = 1_000_000
 UNTRUSTED = TrustLabel.UNTRUSTED_CONTENT.value
@@ -588,3 +588,74 @@ def test_part_labels_must_name_parts_of_the_value():
     ToolOutcome.succeeded({"rows": [], "comment": "x"}, part_trust={"comment": UNTRUSTED})
     with pytest.raises(ValueError, match="top-level keys"):
         ToolOutcome.succeeded({"rows": []}, part_trust={"comment": UNTRUSTED})
+
+
+def _labelled(ceiling: TrustLabel, labels: dict[str, Any]) -> ToolContract:
+    def execute(args: dict[str, Any], ctx: Any) -> ToolOutcome:
+        return ToolOutcome.succeeded(
+            {"rows": [1], "text": "retrieved", "proposal": ctx.proposal_id}, part_trust=labels
+        )
+
+    return dataclasses.replace(
+        KIT.search_contract(), execute=execute, output_trust=ceiling, output_schema={}
+    )
+
+
+@pytest.mark.parametrize(
+    ("ceiling", "labels", "trust", "parts"),
+    [
+        # A trusted tool marks the retrieved part: the observation is untrusted as a whole.
+        (
+            TrustLabel.TRUSTED_TOOL,
+            {"text": UNTRUSTED},
+            UNTRUSTED,
+            {"proposal": TRUSTED, "rows": TRUSTED, "text": UNTRUSTED},
+        ),
+        # Labels never raise trust above the contract's ceiling, nor speak as user or policy.
+        (
+            TrustLabel.UNTRUSTED_CONTENT,
+            {"rows": TRUSTED, "text": "user"},
+            UNTRUSTED,
+            {"proposal": UNTRUSTED, "rows": UNTRUSTED, "text": UNTRUSTED},
+        ),
+        (TrustLabel.TRUSTED_TOOL, {"rows": "policy"}, TRUSTED, None),
+    ],
+    ids=["lowered", "capped-at-untrusted", "capped-at-trusted"],
+)
+def test_a_tool_labels_parts_no_more_trusted_than_its_contract(ceiling, labels, trust, parts):
+    h = harness(
+        [tool("p7", "search_public", {"query": "x"})],
+        [_labelled(ceiling, labels)],
+        max_steps=1,
+    )
+    h.advance()
+    obs = h.observation("tool-1")
+    assert obs.trust.value == trust
+    expected = parts or {"proposal": TRUSTED, "rows": TRUSTED, "text": TRUSTED}
+    assert obs.content["part_trust"] == expected
+    assert obs.content["value"]["proposal"] == "p7"  # the context named the proposal
+    (validated,) = h.events("tool.result.validated")
+    assert validated["details"]["untrusted_parts"] == [
+        k for k, v in expected.items() if v == UNTRUSTED
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sources", "waits"),
+    [(["tool-1"], True), (["user-1"], False), ([], True)],
+    ids=["cites-the-search", "cites-the-request", "cites-nothing"],
+)
+def test_a_run_under_when_untrusted_on_the_in_memory_store(sources, waits):
+    kit = Toolkit()
+    h = harness(
+        [
+            tool("p1", "search_public", {"query": "retries"}),
+            tool("p2", "kv_put", KV, sources=sources),
+            {"kind": "final", "answer": "done", "citation_observation_ids": ["tool-2"]},
+        ],
+        kit=kit,
+        tool_policy={"kv_put": {"confirmation": "when_untrusted"}},
+    )
+    state = h.advance()
+    assert (state.status.value == "waiting_confirmation") is waits
+    assert kit.calls["kv_put"] == (0 if waits else 1)
