@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policy.domain.canonical import json_equal
 from policy.domain.contracts import ConfirmationMode, ToolContract
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
@@ -262,7 +263,7 @@ def join_entries(
     if level == ConfirmationPolicy.OUTSIDE_CONSTRAINTS.value:
         constraints = {**deployment.auto_constraints}
         for arg, c in profile.auto_constraints.items():
-            if arg in constraints and constraints[arg] != c:
+            if arg in constraints and not _same(constraints[arg], c):
                 # One argument constrained twice does not merge: ask a person every time.
                 level, constraints = ConfirmationPolicy.ALWAYS.value, {}
                 break
@@ -278,6 +279,11 @@ def join_entries(
         auto_constraints=constraints,
         approvers=Approvers(joined) if joined else None,
     )
+
+
+def _same(a: Constraint, b: Constraint) -> bool:
+    # By JSON value and type: pydantic's == would take {"equals": 1} for {"equals": true}.
+    return json_equal(a.model_dump(exclude_unset=True), b.model_dump(exclude_unset=True))
 
 
 def effective_policy(

@@ -659,3 +659,29 @@ def test_a_run_under_when_untrusted_on_the_in_memory_store(sources, waits):
     state = h.advance()
     assert (state.status.value == "waiting_confirmation") is waits
     assert kit.calls["kv_put"] == (0 if waits else 1)
+
+
+def test_one_argument_constrained_twice_joins_to_always_unless_json_equal():
+    """A deployment changed after the profile was saved: the same argument constrained by
+    both. ``{"equals": 1}`` and ``{"equals": true}`` are different constraints (JSON type)."""
+    deployment = policy(
+        {
+            "kv_put": {
+                "confirmation": "outside_constraints",
+                "auto_constraints": {"value": {"equals": 1}},
+            }
+        }
+    )
+    for other, joined in [
+        ({"equals": True}, {"confirmation": "always"}),
+        ({"equals": 1.0}, deployment.data()["kv_put"]),
+    ]:
+        profile = policy(
+            {
+                "kv_put": {
+                    "confirmation": "outside_constraints",
+                    "auto_constraints": {"value": other},
+                }
+            }
+        )
+        assert effective_policy(deployment, profile, tools=FACTS).data()["kv_put"] == joined
