@@ -8,8 +8,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
+from agentconsole import wiring
 from runs.demo_users import DEMO_USERS
 
 # The accounts ``load_demo`` creates, each with its user name as password (runs/demo_users.py).
@@ -46,3 +48,20 @@ def check_no_demo_passwords(app_configs: Any = None, **kwargs: Any) -> list[Any]
             id="agentconsole.E001",
         )
     ]
+
+
+@register()
+def check_tool_policy(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """issue 12 item 3: AGENTCONSOLE_TOOL_POLICY (and the tools it names) must be valid, so a
+    typo in a tool name or a policy value stops ``manage.py check`` and the start-up."""
+    try:
+        wiring.tool_policy()
+    except ImproperlyConfigured as exc:
+        return [
+            Error(
+                str(exc),
+                hint="see the README section 'Tool policy reference'",
+                id="agentconsole.E002",
+            )
+        ]
+    return []

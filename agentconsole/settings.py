@@ -332,6 +332,15 @@ AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"
 AGENTCONSOLE_TOOLS: list[str] = []
 AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
 
+# Per-tool confirmation policy, auto constraints and approvers (README "Tool policy
+# reference"), as a JSON object; checked against the registered tools at start-up (E002).
+try:
+    AGENTCONSOLE_TOOL_POLICY: dict[str, Any] = json.loads(
+        os.environ.get("AGENTCONSOLE_TOOL_POLICY", "").strip() or "{}"
+    )
+except json.JSONDecodeError as exc:
+    raise RuntimeError(f"AGENTCONSOLE_TOOL_POLICY must be a JSON object: {exc}") from None
+
 # Root under which tools such as write_artifact may write; nothing escapes it.
 AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
     os.environ.get("AGENTCONSOLE_RUN_OUTPUT_ROOT", str(VAR_DIR / "run-output"))

@@ -29,6 +29,7 @@ from memory.selectors import preferences_for_planner
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.registry import ToolRegistry
+from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_policy, tool_facts
 from runs import tasks
 from runs.context import RunsContext
 from runs.domain import model_planning
@@ -102,6 +103,20 @@ def registry() -> ToolRegistry:
         )
     except RegistryError as exc:
         raise ImproperlyConfigured(str(exc)) from exc
+
+
+@functools.cache
+def tool_policy() -> ToolPolicy:
+    """``settings.AGENTCONSOLE_TOOL_POLICY``, checked against the registry once: an unknown
+    tool, key, value or argument stops the start-up (a system check calls this), never a
+    policy silently ignored."""
+    raw = getattr(settings, "AGENTCONSOLE_TOOL_POLICY", None)
+    try:
+        return parse_tool_policy(
+            raw, tools=tool_facts(registry()), where="AGENTCONSOLE_TOOL_POLICY"
+        )
+    except ToolPolicyInvalid as exc:
+        raise ImproperlyConfigured(exc.message) from exc
 
 
 def model_endpoints() -> dict[str, ModelEndpoint]:
@@ -181,4 +196,5 @@ def context() -> RunsContext:
         registry=lambda: registry(),
         executor=lambda clock=SYSTEM_CLOCK: executor(clock),
         enqueue=tasks.enqueue_advance,
+        tool_policy=lambda: tool_policy(),
     )

@@ -194,17 +194,10 @@ def bench_langgraph_peer(ctx: Context) -> dict[str, Any]:
         return _measure(ctx, loop, conn)
 
 
-def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
+def _growth(loop: _LangGraphLoop, growth_steps: int) -> tuple[str, list[float], str, list[float]]:
+    """One run of ours and one LangGraph thread of ``growth_steps`` steps, with each step's time."""
     from bench import core
 
-    ours_rates, theirs_rates = [], []
-    for _ in range(REPS):  # interleaved: ours, theirs, ours, ...
-        _, lat = _our_steps(RATE_STEPS)
-        ours_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
-        lat = loop.run(f"rate-{uuid.uuid4().hex[:8]}", RATE_STEPS)
-        theirs_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
-
-    growth_steps = GROWTH_STEPS if ctx.time_left() > 240 else 300
     our_run, runner = _ours(growth_steps)
     thread = f"growth-{uuid.uuid4().hex[:8]}"
     ours: list[float] = []
@@ -217,6 +210,21 @@ def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
             core._one_step(runner, our_run)
             ours.append(time.perf_counter() - t)
         theirs += loop.run(thread, CHUNK, start_at=start)
+    return our_run, ours, thread, theirs
+
+
+def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
+    from bench import core
+
+    ours_rates, theirs_rates = [], []
+    for _ in range(REPS):  # interleaved: ours, theirs, ours, ...
+        _, lat = _our_steps(RATE_STEPS)
+        ours_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
+        lat = loop.run(f"rate-{uuid.uuid4().hex[:8]}", RATE_STEPS)
+        theirs_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
+
+    growth_steps = GROWTH_STEPS if ctx.time_left() > 240 else 300
+    our_run, ours, thread, theirs = _growth(loop, growth_steps)
     last = growth_steps - 10
 
     # Resume: a worker that starts cold on a run of ``growth_steps`` steps and takes one more,

@@ -61,7 +61,7 @@ class RunOut(serializers.ModelSerializer):
             "run_id", "subject", "goal", "owner", "status", "version", "step", "max_steps",
             "tool_calls", "max_tool_calls", "max_repeated_proposal", "deadline_ms",
             "max_tokens", "tokens_used", "stop_reason", "answer", "citations",
-            "pending_confirmation_id", "budgets",
+            "pending_confirmation_id", "budgets", "tool_policy",
             "created_at", "updated_at",
         ]  # fmt: skip
 

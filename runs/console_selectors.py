@@ -145,6 +145,8 @@ class ObservationView:
     step: int
     citable: bool
     text: str
+    # (part, its trust label, its text) when the tool labelled the parts of its result.
+    parts: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def untrusted(self) -> bool:
@@ -157,7 +159,23 @@ class ObservationView:
 
 def _observation(o: m.Observation) -> ObservationView:
     return ObservationView(
-        o.observation_id, o.kind, o.trust, o.step, o.citable, pretty_json(o.content)
+        o.observation_id,
+        o.kind,
+        o.trust,
+        o.step,
+        o.citable,
+        pretty_json(o.content),
+        _parts(o.content),
+    )
+
+
+def _parts(content: Any) -> tuple[tuple[str, str, str], ...]:
+    labels = content.get("part_trust") if isinstance(content, dict) else None
+    value = content.get("value") if isinstance(content, dict) else None
+    if not isinstance(labels, dict) or not isinstance(value, dict):
+        return ()
+    return tuple(
+        (str(k), str(labels.get(k, "")), pretty_json(value[k])) for k in sorted(value, key=str)
     )
 
 

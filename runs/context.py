@@ -15,12 +15,13 @@ was not given; it holds whatever the root chose, and nothing here names a concre
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
 from policy.domain.registry import ToolRegistry
+from policy.domain.tool_policy import EMPTY, ToolPolicy
 from runs.domain.runner import Runner
 from runs.executor import ThreadExecutor
 from runs.store import OrmRunStore
@@ -44,6 +45,8 @@ class RunsContext:
     executor: Callable[..., ThreadExecutor]
     # Sends the Celery message that advances a run (runs.tasks owns the task).
     enqueue: Enqueue
+    # The deployment's tool policy (settings.AGENTCONSOLE_TOOL_POLICY, checked at start-up).
+    tool_policy: Callable[[], ToolPolicy] = field(default=lambda: EMPTY)
 
 
 _provider: Callable[[], RunsContext] | None = None

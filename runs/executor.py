@@ -182,6 +182,7 @@ class ThreadExecutor:
             deadline_ms=command.deadline_ms,
             cancel=cancel,
             confirmation_id=command.confirmation_id,
+            proposal_id=command.proposal_id,
             secrets=secrets,
             services=self.services,
         )

@@ -41,6 +41,7 @@ def main() -> int:
             deadline_ms=c["deadline_ms"],
             cancel=CancelSignal(),
             confirmation_id=c["confirmation_id"],
+            proposal_id=c.get("proposal_id"),
             secrets=c["secrets"],
             services=c["services"],
         )

@@ -52,6 +52,7 @@ def run_isolated(
                 "idempotency_token": ctx.idempotency_token,
                 "deadline_ms": ctx.deadline_ms,
                 "confirmation_id": ctx.confirmation_id,
+                "proposal_id": ctx.proposal_id,
                 "secrets": dict(ctx.secrets),
                 "services": {k: v for k, v in ctx.services.items() if isinstance(v, str)},
             },

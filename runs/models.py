@@ -62,6 +62,9 @@ class Run(models.Model):
     tokens_used = models.PositiveBigIntegerField(default=0)
     planner = models.JSONField(default=dict)
     budgets = models.JSONField(default=dict)
+    # The effective tool policy, recorded at creation (policy.domain.tool_policy) so the gate
+    # never reads a profile edited later. {} (every run from before issue 12): contract modes.
+    tool_policy = models.JSONField(default=dict, blank=True)
     # Fault injection plan from a scenario file (trusted configuration, never planner output).
     faults = models.JSONField(default=dict, blank=True)
     # One worker at a time (not run state: never part of the version compare-and-set).
@@ -360,6 +363,8 @@ class RunProfile(models.Model):
     tools = models.JSONField(default=list)
     grant_templates = models.JSONField(default=list)
     budgets = models.JSONField(default=dict)
+    # Per tool: confirmation policy, auto constraints, approvers; only tightens the deployment's.
+    tool_policy = models.JSONField(default=dict, blank=True)
     version = models.PositiveIntegerField(default=1)
     archived_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(

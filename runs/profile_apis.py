@@ -34,7 +34,7 @@ class ProfileOut(serializers.ModelSerializer):
     class Meta:
         model = RunProfile
         fields = ["id", "name", "description", "planner", "tools", "grant_templates", "budgets",
-                  "version"]  # fmt: skip
+                  "tool_policy", "version"]  # fmt: skip
 
     def get_planner(self, obj: RunProfile) -> str:
         # The kind only: a fixture planner's script is the operator's configuration.

@@ -18,6 +18,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from policy.domain.errors import DomainError
+from policy.domain.tool_policy import ToolPolicyInvalid, parse_tool_policy, tool_facts
 from runs import services
 from runs.context import RunsContext, resolve
 from runs.domain.profiles import (
@@ -45,6 +46,17 @@ class ProfileConflict(DomainError):
 
     code = "PROFILE_CONFLICT"
     http_status = 409
+
+
+def _validated(data: Mapping[str, Any], ctx: RunsContext | None) -> ProfileSpec:
+    context = resolve(ctx)
+    return validate_profile(
+        data,
+        tools=tool_capabilities(ctx=ctx),
+        endpoints=model_endpoint_names(),
+        policy_tools=tool_facts(context.registry()),
+        deployment=context.tool_policy(),
+    )
 
 
 def tool_capabilities(*, ctx: RunsContext | None = None) -> dict[str, tuple[str, ...]]:
@@ -125,6 +137,7 @@ def profile_form_data(profile: RunProfile) -> dict[str, Any]:
         "tools": profile.tools,
         "grant_templates": profile.grant_templates,
         "budgets": profile.budgets,
+        "tool_policy": profile.tool_policy,
     }
 
 
@@ -147,9 +160,8 @@ def _audience(spec: ProfileSpec) -> tuple[list[Any], list[Group]]:
 
 def _fields(spec: ProfileSpec) -> dict[str, Any]:
     data = spec.data()
-    return {k: data[k] for k in ("description", "audience", "planner", "tools", "budgets")} | {
-        "grant_templates": data["grant_templates"]
-    }
+    keep = ("description", "audience", "planner", "tools", "budgets", "tool_policy")
+    return {k: data[k] for k in keep} | {"grant_templates": data["grant_templates"]}
 
 
 def _name_free(name: str, *, but: int | None = None) -> None:
@@ -165,9 +177,7 @@ def profile_create(
 ) -> RunProfile:
     """Validate through the domain, then write the profile and its audience in one transaction
     (a bad template writes nothing)."""
-    spec = validate_profile(
-        data, tools=tool_capabilities(ctx=ctx), endpoints=model_endpoint_names()
-    )
+    spec = _validated(data, ctx)
     users, groups = _audience(spec)
     _name_free(spec.name)
     try:
@@ -206,9 +216,7 @@ def profile_update(
             message="an archived profile is not edited",
             profile_id=profile_id,
         )
-    spec = validate_profile(
-        data, tools=tool_capabilities(ctx=ctx), endpoints=model_endpoint_names()
-    )
+    spec = _validated(data, ctx)
     users, groups = _audience(spec)
     if same_profile(profile_form_data(current), spec.data()):
         return current  # nothing changed: no new version
@@ -261,6 +269,16 @@ def run_from_profile(
     profile = profile_usable(user=user, ref=ref)
     subject = subject or user.get_username()
     grants: Sequence[dict[str, Any]] = expand_grants(profile.grant_templates, subject=subject)
+    context = resolve(ctx)
+    # Checked again against today's deployment and tools (either may have changed since the
+    # profile was saved); the run records the join, never a policy looser than the deployment.
+    facts = tool_facts(context.registry())
+    try:
+        policy = parse_tool_policy(
+            profile.tool_policy, tools={n: facts[n] for n in profile.tools if n in facts}
+        )
+    except ToolPolicyInvalid as exc:
+        raise ProfileInvalid(exc.message, code=exc.code, **exc.extra) from None
     return services.run_create(
         subject=subject,
         goal=goal,
@@ -271,4 +289,5 @@ def run_from_profile(
         granted_by=profile.updated_by or profile.created_by,
         enqueue=enqueue,
         ctx=ctx,
+        profile_policy=policy,
     )

@@ -10,12 +10,20 @@ from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from runs import models as m
 from runs.domain.state import RunState
 
-STATE_FIELDS = [f for f in RunState.model_fields if f not in ("run_id", "goal", "subject")]
+# Written once, when the run is created (``runs.store``), never by a step's compare-and-set.
+CREATED_FIELDS = ("run_id", "goal", "subject", "tool_policy")
+STATE_FIELDS = [f for f in RunState.model_fields if f not in CREATED_FIELDS]
 
 
 def row_to_state(run: m.Run) -> RunState:
     data = {f: getattr(run, f) for f in STATE_FIELDS}
-    return RunState(run_id=run.id, subject=run.subject, goal=run.goal, **data)
+    return RunState(
+        run_id=run.id,
+        subject=run.subject,
+        goal=run.goal,
+        tool_policy=run.tool_policy,
+        **data,
+    )
 
 
 def state_fields(state: RunState) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
+from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.roles import actor_name, user_or_none
 from runs import erasure
 from runs.context import RunsContext, resolve
@@ -62,11 +63,14 @@ def run_create(
     limits: RunLimits | None = None,
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    profile_policy: ToolPolicy = EMPTY,
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
     Grants come from the caller (an operator, a scenario file), never from a planner output.
-    Scenario confirmations are bound to the hash of the proposal they name.
+    Scenario confirmations are bound to the hash of the proposal they name. The run records
+    its effective tool policy now: the deployment's joined with ``profile_policy`` (its
+    profile's, already checked to only tighten), so a later edit of either changes no run.
     """
     # Secrets in the goal, the planner configuration (a fixture planner's scripted outputs) and
     # scenario confirmations are replaced before anything is stored (issue 9 item 12); the
@@ -81,10 +85,12 @@ def run_create(
     # API, the scenario runner and the commands share them.
     limits = RunLimits.from_settings() if limits is None else limits
     check_budgets(budgets, limits)
+    context = resolve(ctx)
     state = RunState(
         run_id=run_id,
         subject=subject,
         goal=goal,
+        tool_policy=_effective_policy(context, profile_policy),
         max_steps=budgets.max_steps,
         max_tool_calls=budgets.max_tool_calls,
         max_repeated_proposal=budgets.max_repeated_proposal,
@@ -96,7 +102,7 @@ def run_create(
         for i, g in enumerate(grants)
     ]
     bound_confirmations, proposals = _bind_confirmations(run_id, confirmations)
-    store = resolve(ctx).store()
+    store = context.store()
     with transaction.atomic():
         # First in the transaction: the lock on the subject's row is held until the run exists.
         check_subject(subject=subject, limits=limits, now_ms=now)
@@ -115,6 +121,14 @@ def run_create(
         if enqueue:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _effective_policy(context: RunsContext, profile: ToolPolicy) -> dict[str, Any]:
+    deployment = context.tool_policy()
+    if not deployment and not profile:
+        return {}
+    facts = tool_facts(context.registry())
+    return effective_policy(deployment, profile, tools=facts).data()
 
 
 def _bind_confirmations(

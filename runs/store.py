@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from memory.domain.working import WorkingItem, admit
+from memory.domain.working import WorkingItem, admit, untrusted_sources
 from memory.models import WorkingMemoryItem
 from policy import selectors as policy_selectors
 from policy import services as policy_services
@@ -53,6 +53,10 @@ class OrmLookups:
             run_id=self.run_id, observation_id__in=list(observation_ids)
         ).values_list("observation_id", "trust")
         return dict(rows)
+
+    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
+        rows = WorkingMemoryItem.objects.filter(run_id=self.run_id)
+        return untrusted_sources(admit([to_item(r) for r in rows], [], step=step))
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         if not observation_ids:
@@ -123,6 +127,7 @@ class OrmRunStore:
                 id=state.run_id,
                 subject=state.subject,
                 goal=state.goal,
+                tool_policy=state.tool_policy,
                 owner=owner,
                 planner=planner,
                 budgets=budgets or {},

@@ -129,6 +129,11 @@ def rebuild(
     return admit(items, [], step=step, caps=caps)
 
 
+def untrusted_sources(view: Iterable[WorkingItem]) -> tuple[str, ...]:
+    """The observation ids behind the untrusted items of a view (sorted, once each)."""
+    return tuple(sorted({s for i in view if i.trust == "untrusted-content" for s in i.source_ids}))
+
+
 @dataclass
 class WorkingView:
     items: list[WorkingItem] = field(default_factory=list)

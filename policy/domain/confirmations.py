@@ -52,11 +52,17 @@ class ConfirmationCheck:
 
 
 def required_hash(
-    contract: ToolContract, proposal_hash: str, scheme: str = HASH_SCHEME
+    contract: ToolContract,
+    proposal_hash: str,
+    scheme: str = HASH_SCHEME,
+    mode: ConfirmationMode | None = None,
 ) -> str | None:
-    if contract.confirmation is ConfirmationMode.NEVER:
+    """``mode``: the run's tool policy for this call (``policy.domain.tool_policy``); None
+    means the contract's own mode."""
+    mode = contract.confirmation if mode is None else mode
+    if mode is ConfirmationMode.NEVER:
         return None
-    if contract.confirmation is ConfirmationMode.PER_RUN:
+    if mode is ConfirmationMode.PER_RUN:
         return per_run_confirmation_hash(contract.name, contract.version, scheme)
     return proposal_hash
 
@@ -69,11 +75,13 @@ def check_confirmation(
     run_id: str,
     step: int,
     hash_in: Callable[[str], str] | None = None,
+    mode: ConfirmationMode | None = None,
 ) -> ConfirmationCheck:
     """``hash_in(scheme)`` gives this proposal's hash under an older scheme: a confirmation
     stored before the current scheme is compared with the hash in *its* scheme, never with a
     hash of another scheme (which could only ever differ). Without it such rows are skipped."""
-    needed = required_hash(contract, proposal_hash)
+    mode = contract.confirmation if mode is None else mode
+    needed = required_hash(contract, proposal_hash, mode=mode)
     if needed is None:
         return ConfirmationCheck(ok=True)
     declined = False
@@ -86,7 +94,7 @@ def check_confirmation(
         if c.hash_scheme != HASH_SCHEME:
             if hash_in is None or c.hash_scheme not in SCHEMES:
                 continue
-            target = required_hash(contract, hash_in(c.hash_scheme), c.hash_scheme)
+            target = required_hash(contract, hash_in(c.hash_scheme), c.hash_scheme, mode)
         if c.proposal_hash != target:
             if c.status is ConfirmationStatus.APPROVED and c.tool_name == contract.name:
                 # Approved for other arguments: never transferable (seed §5.2).
@@ -97,7 +105,7 @@ def check_confirmation(
         if c.status is ConfirmationStatus.APPROVED and c.expires_at_step < step:
             why = "CONFIRMATION_EXPIRED"
         if c.status is ConfirmationStatus.APPROVED and c.expires_at_step >= step:
-            per_call = contract.confirmation is ConfirmationMode.PER_CALL
+            per_call = mode is ConfirmationMode.PER_CALL
             return ConfirmationCheck(ok=True, confirmation_id=c.confirmation_id, consume=per_call)
         if c.status is ConfirmationStatus.DECLINED:
             declined = True

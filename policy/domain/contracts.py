@@ -206,6 +206,9 @@ class ToolContext:
     deadline_ms: int
     cancel: CancelSignal
     confirmation_id: str | None = None
+    # The proposal this call serves (issue 12): with ``run_id`` it names the call for a tool's
+    # own logs or an upstream request id; the idempotency token stays the dedup key.
+    proposal_id: str | None = None
     secrets: Mapping[str, str] = field(default_factory=dict)
     trace_headers: Mapping[str, str] = field(default_factory=dict)
     services: Mapping[str, Any] = field(default_factory=dict)

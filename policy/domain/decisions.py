@@ -98,6 +98,10 @@ class NeedsConfirmation:
     existing_confirmation_id: str | None = None
     passed: tuple[str, ...] = ()
     why: str = "USER_CONFIRMATION_REQUIRED"
+    # Which tool-policy rule asked (``policy.domain.tool_policy``: UNTRUSTED_PROVENANCE, ...);
+    # None when the contract's own confirmation mode did. With the untrusted ids it names.
+    trigger: str | None = None
+    untrusted_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

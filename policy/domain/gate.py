@@ -27,6 +27,7 @@ from policy.domain.decisions import (
 from policy.domain.grants import CapabilityGrant, authorize
 from policy.domain.proposals import ActionProposal
 from policy.domain.registry import RegisteredTool, ToolRegistry
+from policy.domain.tool_policy import EMPTY, Provenance, ToolPolicy, requirement
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class RunView:
     max_tool_calls: int
     deadline_ms: int
     unresolved_effects: int = 0
+    # The tool policy the run recorded when it was created (never a profile read later).
+    tool_policy: ToolPolicy = EMPTY
 
 
 class _Rejected(Exception):
@@ -121,7 +124,10 @@ def evaluate(
     confirmations: Iterable[Confirmation],
     registry: ToolRegistry,
     now_ms: int,
+    provenance: Provenance | None = None,
 ) -> Decision:
+    """``provenance``: the trust facts of this proposal's citations and of the planner's view
+    (``when_untrusted`` needs them; without them such a tool always asks)."""
     passed: list[str] = ["parse"]
     try:
         tool = _lookup(registry, proposal)
@@ -151,26 +157,11 @@ def evaluate(
     passed.append("authorization")
 
     p_hash = proposal.hash()
-    confirmation = check_confirmation(
-        contract=contract,
-        proposal_hash=p_hash,
-        confirmations=confirmations,
-        run_id=run.run_id,
-        step=run.step,
-        hash_in=lambda scheme: hashing.proposal_hash(
-            proposal.tool_name, proposal.tool_version, proposal.arguments, scheme
-        ),
+    confirmation = _confirmation(
+        proposal, tool, run, arguments, confirmations, provenance, p_hash, passed
     )
-    if confirmation.code is not None:
-        return Reject("confirmation", confirmation.code, "the person declined", tuple(passed))
-    if not confirmation.ok:
-        return NeedsConfirmation(
-            proposal_hash=p_hash,
-            confirmation_hash=confirmation.needed_hash or p_hash,
-            existing_confirmation_id=confirmation.confirmation_id,
-            passed=tuple(passed),
-            why=confirmation.why,
-        )
+    if not isinstance(confirmation, ConfirmationCheck):
+        return confirmation
     passed.append("confirmation")
 
     stopped = _state_and_budget(run, now_ms, passed)
@@ -188,6 +179,53 @@ def evaluate(
         now_ms=now_ms,
     )
     return Execute(command=command, passed=tuple(passed))
+
+
+def _confirmation(
+    proposal: ActionProposal,
+    tool: RegisteredTool,
+    run: RunView,
+    arguments: dict[str, Any],
+    confirmations: Iterable[Confirmation],
+    provenance: Provenance | None,
+    p_hash: str,
+    passed: list[str],
+) -> ConfirmationCheck | Decision:
+    """The confirmation layer: the mode the run's tool policy gives this call (the contract's
+    own when the policy does not name the tool), then the confirmation evidence for it."""
+    contract = tool.contract
+    needs = requirement(
+        run.tool_policy.for_tool(contract.name),
+        contract,
+        arguments=arguments,
+        cited_ids=proposal.source_observation_ids,
+        provenance=provenance,
+        path_field=_path_field(tool),
+    )
+    confirmation = check_confirmation(
+        contract=contract,
+        mode=needs.mode,
+        proposal_hash=p_hash,
+        confirmations=confirmations,
+        run_id=run.run_id,
+        step=run.step,
+        hash_in=lambda scheme: hashing.proposal_hash(
+            proposal.tool_name, proposal.tool_version, proposal.arguments, scheme
+        ),
+    )
+    if confirmation.code is not None:
+        return Reject("confirmation", confirmation.code, "the person declined", tuple(passed))
+    if not confirmation.ok:
+        return NeedsConfirmation(
+            proposal_hash=p_hash,
+            confirmation_hash=confirmation.needed_hash or p_hash,
+            existing_confirmation_id=confirmation.confirmation_id,
+            passed=tuple(passed),
+            why=confirmation.why,
+            trigger=needs.trigger,
+            untrusted_ids=needs.untrusted_ids,
+        )
+    return confirmation
 
 
 def _state_and_budget(run: RunView, now_ms: int, passed: list[str]) -> Decision | None:

@@ -5,18 +5,72 @@ count and optional argument constraints. A capability named inside a proposal ha
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
+import jsonschema_rs
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policy.domain.canonical import json_equal
 from policy.domain.contracts import scope_covers
 
-_KINDS = ("equals", "one_of", "prefix", "maximum", "absent_or", "subset_of", "url_host_in")
+_KINDS = (
+    "equals",
+    "one_of",
+    "prefix",
+    "maximum",
+    "absent_or",
+    "subset_of",
+    "url_host_in",
+    "pattern",
+)
+# ``pattern`` bounds: a longer pattern is refused when configured, a longer value never matches.
+MAX_PATTERN_LENGTH = 256
+MAX_PATTERN_INPUT = 4096
+# Rust's ``regex`` crate (through jsonschema_rs): finite automata, matching time linear in the
+# input, no backreferences or lookaround. The size limits bound what one pattern may compile to
+# (``a{1000}{1000}`` is refused rather than built).
+_LINEAR = jsonschema_rs.RegexOptions(size_limit=1 << 20, dfa_size_limit=1 << 20)
+
+
+class PatternInvalid(ValueError):
+    pass
+
+
+@functools.lru_cache(maxsize=512)
+def compiled_pattern(pattern: str) -> jsonschema_rs.Validator:
+    """A full-match validator for ``pattern`` (ECMA-262 syntax, linear-time engine).
+
+    The pattern must compile *alone* before it is wrapped in ``^(?:…)$``: otherwise ``a)|(b``
+    would become ``^(?:a)|(b)$``, a search for ``b`` anywhere. Inline groups other than ``(?:``
+    are refused: a flag such as ``(?x)`` could turn the closing ``)$`` into a comment."""
+    if not pattern or len(pattern) > MAX_PATTERN_LENGTH:
+        raise PatternInvalid(f"a pattern has 1 to {MAX_PATTERN_LENGTH} characters")
+    if not pattern.isprintable():
+        raise PatternInvalid("a pattern has no control characters")
+    if pattern.replace("(?:", "").find("(?") >= 0:
+        raise PatternInvalid("a pattern may use (?: groups, but no flags or lookaround")
+    for text in (pattern, f"^(?:{pattern})$"):
+        try:
+            validator = jsonschema_rs.Draft202012Validator(
+                {"type": "string", "pattern": text}, pattern_options=_LINEAR
+            )
+        except ValueError as exc:
+            raise PatternInvalid(
+                "not a regular expression the linear-time engine accepts "
+                "(no backreferences or lookaround)"
+            ) from exc
+    return validator
+
+
+def pattern_matches(pattern: str, value: Any) -> bool:
+    if not isinstance(value, str) or len(value) > MAX_PATTERN_INPUT:
+        return False
+    return compiled_pattern(pattern).is_valid(value)
 
 
 class Constraint(BaseModel):
@@ -33,6 +87,9 @@ class Constraint(BaseModel):
     * ``url_host_in``: an http(s) URL whose parsed, normalized host is one of these; a URL with
       userinfo, a backslash, whitespace or control characters is refused (parsers disagree on
       where such a host ends).
+    * ``pattern``: a string the regular expression matches *in full* (ECMA-262 syntax, run by a
+      linear-time engine, so no pattern can make a check slow; at most 256 characters, and a
+      value longer than 4096 characters never matches).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,6 +101,7 @@ class Constraint(BaseModel):
     absent_or: Constraint | None = None
     subset_of: list[Any] | None = None
     url_host_in: list[str] | None = None
+    pattern: str | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Constraint:
@@ -54,6 +112,8 @@ class Constraint(BaseModel):
             hosts = [normalized_host(h) for h in self.url_host_in]
             if None in hosts:
                 raise ValueError("url_host_in names a host that is not a valid host name")
+        if self.pattern is not None:
+            compiled_pattern(self.pattern)  # PatternInvalid is a ValueError: a clear refusal
         return self
 
     def allows(self, present: bool, value: Any, *, path: bool = False) -> bool:
@@ -84,6 +144,8 @@ class Constraint(BaseModel):
         if self.url_host_in is not None:
             host = url_host(value)
             return host is not None and host in {normalized_host(h) for h in self.url_host_in}
+        if self.pattern is not None:
+            return pattern_matches(self.pattern, value)
         return False
 
 

@@ -15,6 +15,26 @@ class TrustLabel(enum.StrEnum):
     USER = "user"
 
 
+# How far a label may be trusted, low to high. A tool's own labels stop at its contract's
+# ``output_trust`` (the ceiling): a tool may call part of its output *less* trusted, never more,
+# and never "policy" or "user" (only the program and a person speak as those).
+_RANK = {
+    TrustLabel.UNTRUSTED_CONTENT: 0,
+    TrustLabel.TRUSTED_TOOL: 1,
+    TrustLabel.POLICY: 2,
+    TrustLabel.USER: 3,
+}
+
+
+def at_most(label: TrustLabel, ceiling: TrustLabel) -> TrustLabel:
+    """``label``, or ``ceiling`` when the label claims more trust than the ceiling allows."""
+    return label if _RANK[label] <= _RANK[ceiling] else ceiling
+
+
+def least_trusted(labels: list[TrustLabel]) -> TrustLabel:
+    return min(labels, key=_RANK.__getitem__)
+
+
 class ObservationKind(enum.StrEnum):
     USER_REQUEST = "user-request"
     TOOL_RESULT = "tool-result"

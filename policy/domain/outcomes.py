@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from policy.domain.observations import TrustLabel
 
 
 class OutcomeStatus(enum.StrEnum):
@@ -25,10 +27,25 @@ class ToolOutcome(BaseModel):
     code: str | None = None
     message: str = ""
     retryable: bool = False
+    # A tool that returns system data beside retrieved text labels each top-level key of
+    # ``value`` (issue 12): ``{"rows": "trusted-tool", "comment": "untrusted-content"}``. A key
+    # left out has the contract's ``output_trust``, which is also the ceiling: ``settle`` never
+    # lets a label claim more trust than that.
+    part_trust: dict[str, TrustLabel] = {}
+
+    @model_validator(mode="after")
+    def _labels_name_parts(self) -> ToolOutcome:
+        if self.part_trust and not (
+            isinstance(self.value, dict) and set(self.part_trust) <= set(self.value)
+        ):
+            raise ValueError("part_trust labels only top-level keys of the value")
+        return self
 
     @classmethod
-    def succeeded(cls, value: dict[str, Any]) -> ToolOutcome:
-        return cls(status=OutcomeStatus.SUCCEEDED, value=value)
+    def succeeded(
+        cls, value: dict[str, Any], *, part_trust: dict[str, TrustLabel] | None = None
+    ) -> ToolOutcome:
+        return cls(status=OutcomeStatus.SUCCEEDED, value=value, part_trust=part_trust or {})
 
     @classmethod
     def rejected(cls, code: str, message: str = "") -> ToolOutcome:

@@ -39,6 +39,10 @@ class Lookups(Protocol):
 
     def ledger_has(self, idempotency_token: str) -> bool: ...
 
+    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
+        """Observation ids of the untrusted items in the planner's view as of ``step``."""
+        ...
+
 
 @dataclass(frozen=True)
 class ConfirmationRequest:

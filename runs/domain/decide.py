@@ -6,7 +6,7 @@ history is asked through ``Lookups``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from policy.domain import canonical as hashing
@@ -20,6 +20,7 @@ from policy.domain.observations import TrustLabel
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
 from policy.domain.redaction import redact_secrets
 from policy.domain.registry import ToolRegistry
+from policy.domain.tool_policy import ConfirmationPolicy, Provenance, ToolPolicy, stored_policy
 from runs.domain import trace as ev
 from runs.domain.commits import Builder, Commit, ConfirmationRequest, Lookups, proposal_id_of
 from runs.domain.final import final_violation
@@ -201,14 +202,17 @@ def _tool(
             return b.done()
 
     p_hash = proposal.hash()
-    untrusted = _received(b, proposal, p_hash, contract, lookups)
+    cited = _received(b, proposal, p_hash, contract, lookups)
+    untrusted = any(t == TrustLabel.UNTRUSTED_CONTENT for t in cited.values())
+    run = _run_view(b.s)
     decision = evaluate(
         proposal,
-        run=_run_view(b.s),
+        run=run,
         grants=grants,
         confirmations=confirmations,
         registry=registry,
         now_ms=now_ms,
+        provenance=_provenance(run.tool_policy, proposal, cited, lookups, b.s.step),
     )
     _layer_events(b, pid, decision)
     summary = {
@@ -244,7 +248,24 @@ def _run_view(s: RunState) -> RunView:
         max_tool_calls=s.max_tool_calls,
         deadline_ms=s.deadline_ms,
         unresolved_effects=s.unresolved_effects,
+        tool_policy=stored_policy(s.tool_policy),
     )
+
+
+def _provenance(
+    policy: ToolPolicy,
+    proposal: ActionProposal,
+    cited: Mapping[str, str],
+    lookups: Lookups,
+    step: int,
+) -> Provenance | None:
+    """The trust facts ``when_untrusted`` needs; asked of the store only for a tool under that
+    policy (every other call costs no query). The planner proposed at ``step`` from the view it
+    was shown before that step began (``Runner.context``): that view is what taints it."""
+    entry = policy.for_tool(proposal.tool_name)
+    if entry is None or entry.confirmation is not ConfirmationPolicy.WHEN_UNTRUSTED:
+        return None
+    return Provenance(cited=cited, untrusted_in_view=lookups.untrusted_in_view(step - 1))
 
 
 def _received(
@@ -253,8 +274,8 @@ def _received(
     p_hash: str,
     contract: ToolContract | None,
     lookups: Lookups,
-) -> bool:
-    """Record the proposal as received; True when it cites untrusted content."""
+) -> Mapping[str, str]:
+    """Record the proposal as received; the trust label of each cited observation it names."""
     trust = lookups.trust_of(proposal.source_observation_ids)
     untrusted = sorted(i for i, t in trust.items() if t == TrustLabel.UNTRUSTED_CONTENT)
     b.emit(
@@ -268,7 +289,7 @@ def _received(
         cites_untrusted=untrusted,
         **_logged_arguments(contract, proposal.arguments),
     )
-    return bool(untrusted)
+    return trust
 
 
 def _wait_for_confirmation(
@@ -371,6 +392,13 @@ def _layer_events(b: Builder, pid: str, decision: Any) -> None:
         result = "confirmed" if cid else "not-required"
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result=result, confirmation_id=cid)
     elif isinstance(decision, NeedsConfirmation):
-        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why)
+        why: dict[str, Any] = {}
+        if decision.trigger is not None:
+            # Which tool-policy rule asked, and the untrusted observations it saw (ids only).
+            why = {
+                "why": decision.trigger,
+                "untrusted_observation_ids": list(decision.untrusted_ids)[:32],
+            }
+        b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why, **why)
     elif layer == "confirmation":
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="declined", code=decision.code)

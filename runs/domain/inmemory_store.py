@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from memory.domain.working import WorkingItem, admit
+from memory.domain.working import WorkingItem, admit, untrusted_sources
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
@@ -31,6 +31,9 @@ class _Lookups:
     def trust_of(self, observation_ids: Collection[str]) -> Mapping[str, str]:
         obs = self.store.observations[self.run_id]
         return {i: obs[i].trust.value for i in observation_ids if i in obs}
+
+    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
+        return untrusted_sources(self.store.working_view(self.run_id, step))
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         obs = self.store.observations[self.run_id]

@@ -25,6 +25,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from policy.domain.canonical import json_equal
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant, Constraint
+from policy.domain.tool_policy import (
+    EMPTY,
+    ToolFacts,
+    ToolPolicy,
+    ToolPolicyInvalid,
+    check_profile_policy,
+    parse_tool_policy,
+)
 from runs.domain.budgets import (
     MAX_DEADLINE_S,
     MAX_STEPS_CEILING,
@@ -113,6 +121,9 @@ class ProfileSpec(BaseModel):
     tools: Annotated[list[Annotated[str, Field(min_length=1, max_length=64)]], Field(min_length=1)]
     grant_templates: Annotated[list[GrantTemplate], Field(max_length=MAX_TEMPLATES)] = []
     budgets: ProfileBudgets = ProfileBudgets()
+    # Per tool of this profile: confirmation policy, auto constraints, approvers
+    # (policy.domain.tool_policy); checked by ``validate_profile`` to only tighten.
+    tool_policy: dict[str, Any] = {}
 
     def data(self) -> dict[str, Any]:
         """As stored: plain JSON (constraints keep only the kind they name)."""
@@ -142,6 +153,8 @@ def validate_profile(
     *,
     tools: Mapping[str, Sequence[str]],
     endpoints: Collection[str] = (),
+    policy_tools: Mapping[str, ToolFacts] | None = None,
+    deployment: ToolPolicy = EMPTY,
 ) -> ProfileSpec:
     """The profile as a checked value, or a ``ProfileInvalid`` with a stable code.
 
@@ -155,6 +168,8 @@ def validate_profile(
        serves one of the profile's tools (a grant for nothing the profile may call is a mistake).
     5. Planner: a kind that exists; a fixture script proposes only the profile's tools; a model
        planner names a configured endpoint (the model offers only tools the grants allow).
+    6. Tool policy: names only the profile's tools, in the deployment's vocabulary, and only
+       tightens the deployment's policy (``policy_tools``: each tool's inputs and contract mode).
     """
     try:
         spec = ProfileSpec.model_validate(dict(raw))
@@ -178,7 +193,28 @@ def validate_profile(
                 capability=template.capability,
             )
     check_planner(spec.planner, allowed=spec.tools, endpoints=endpoints)
+    profile_tool_policy(spec, policy_tools=policy_tools or {}, deployment=deployment)
     return spec
+
+
+def profile_tool_policy(
+    spec: ProfileSpec, *, policy_tools: Mapping[str, ToolFacts], deployment: ToolPolicy
+) -> ToolPolicy:
+    """The profile's tool policy, checked (see ``validate_profile`` step 6)."""
+    outside = [name for name in spec.tool_policy if name not in spec.tools]
+    if outside:
+        raise _refuse(
+            TOOL_NOT_ALLOWED,
+            f"tool_policy names {outside[0]!r}, not a tool of this profile",
+            tool=outside[0][:64],
+        )
+    facts = {name: policy_tools[name] for name in spec.tools if name in policy_tools}
+    try:
+        policy = parse_tool_policy(spec.tool_policy, tools=facts)
+        check_profile_policy(policy, deployment=deployment, tools=facts)
+    except ToolPolicyInvalid as exc:
+        raise _refuse(exc.code, exc.message, **exc.extra) from None
+    return policy
 
 
 def _segments_ok(scope: str) -> bool:

@@ -8,7 +8,7 @@ from policy.domain import canonical as hashing
 from policy.domain.contracts import ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.gate import command_fingerprint
-from policy.domain.observations import ObservationKind, TrustLabel
+from policy.domain.observations import ObservationKind, TrustLabel, at_most, least_trusted
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
@@ -106,21 +106,37 @@ def _succeeded(
         _outcome_summary(outcome),
         verification.model_dump() if verification else None,
     )
+    trust, parts = _labelled(outcome, contract.output_trust)
     b.emit(
         ev.TOOL_RESULT_VALIDATED,
         pid,
         valid=True,
         verified=verification is not None,
         output_hash=hashing.content_hash(outcome.value),
+        **({"untrusted_parts": _untrusted(parts)} if parts else {}),
     )
-    b.observe(
-        "tool",
-        ObservationKind.TOOL_RESULT,
-        contract.output_trust,
-        {**_base(command), "status": "succeeded", "value": outcome.value},
-        citable=True,
-    )
+    content = {**_base(command), "status": "succeeded", "value": outcome.value}
+    if parts:
+        content["part_trust"] = parts
+    b.observe("tool", ObservationKind.TOOL_RESULT, trust, content, citable=True)
     b.continue_or_cancel(pid)
+
+
+def _labelled(outcome: ToolOutcome, ceiling: TrustLabel) -> tuple[TrustLabel, dict[str, str]]:
+    """The observation's label and, when the tool labelled parts, each part's label.
+
+    Every label is capped at the contract's ``output_trust``; the observation as a whole is as
+    trusted as its least trusted part, so ``when_untrusted`` and the planner's untrusted-data
+    framing see a result that carries any retrieved text as untrusted."""
+    if not outcome.part_trust or not isinstance(outcome.value, dict):
+        return ceiling, {}
+    parts = {k: at_most(outcome.part_trust.get(k, ceiling), ceiling) for k in outcome.value}
+    return least_trusted(list(parts.values())), {k: v.value for k, v in sorted(parts.items())}
+
+
+def _untrusted(parts: dict[str, str]) -> list[str]:
+    # Key names only (the output schema's), cut short: the trace holds no output content.
+    return [k[:64] for k, v in parts.items() if v == TrustLabel.UNTRUSTED_CONTENT][:32]
 
 
 def _unknown(b: Builder, command: ExecutableCommand, outcome: ToolOutcome) -> None:

@@ -40,6 +40,9 @@ class RunState(BaseModel):
     # Model tokens spent by the run's planner steps, against its ``max_tokens`` budget.
     max_tokens: int = DEFAULT_MAX_TOKENS
     tokens_used: int = 0
+    # The effective tool policy recorded when the run was created (policy.domain.tool_policy);
+    # written once, never by a step ({} = each tool's contract mode, as before issue 12).
+    tool_policy: dict[str, Any] = {}
 
     def public(self) -> dict[str, Any]:
         """The seed's RunState fields, snake_case, as scenario output and the API show them."""

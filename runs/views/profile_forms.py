@@ -90,6 +90,16 @@ class ProfileForm(forms.Form):
             '"max_calls" and "constraints"; a scope may name {subject}. ' + _JSON_HELP
         ),
     )
+    tool_policy = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        label="Tool policy",
+        help_text=(
+            'Per tool of this profile: {"confirmation": always | never | when_untrusted | '
+            'outside_constraints, "auto_constraints": {...}, "approvers": ...}. It may only '
+            "make the deployment's policy stricter. " + _JSON_HELP
+        ),
+    )
     max_steps = forms.IntegerField(min_value=1, max_value=MAX_STEPS_CEILING, label="Max steps")
     max_tool_calls = forms.IntegerField(
         min_value=0, max_value=MAX_STEPS_CEILING, label="Max tool calls"
@@ -125,6 +135,9 @@ class ProfileForm(forms.Form):
     def clean_grant_templates(self) -> Any:
         return _json(self.cleaned_data["grant_templates"], what="Grant templates", kind=list)
 
+    def clean_tool_policy(self) -> Any:
+        return _json(self.cleaned_data["tool_policy"], what="Tool policy", kind=dict)
+
     def profile_data(self) -> dict[str, Any]:
         """The cleaned form as the profile data the domain validates."""
         d = self.cleaned_data
@@ -137,6 +150,7 @@ class ProfileForm(forms.Form):
             "planner": _planner(d),
             "tools": list(d["tools"]),
             "grant_templates": d["grant_templates"],
+            "tool_policy": d["tool_policy"],
             "budgets": {
                 k: d[k]
                 for k in (
@@ -175,6 +189,7 @@ def initial_from(data: dict[str, Any], *, version: int | None = None) -> dict[st
         "planner_model": data["planner"].get("model", ""),
         "tools": data["tools"],
         "grant_templates": json.dumps(data["grant_templates"], indent=2, ensure_ascii=False),
+        "tool_policy": json.dumps(data.get("tool_policy") or {}, indent=2, ensure_ascii=False),
         **data["budgets"],
         "version": version,
     }

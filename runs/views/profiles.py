@@ -32,6 +32,7 @@ NEW_PROFILE = {
     "planner_kind": "fixture",
     "planner_outputs": "[]",
     "grant_templates": "[]",
+    "tool_policy": "{}",
     **ProfileBudgets().model_dump(),
 }
 

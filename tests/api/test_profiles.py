@@ -182,3 +182,17 @@ def test_the_runs_list_costs_the_same_with_runs_for_the_subject(
     with django_assert_max_num_queries(6):
         body = kit.assert_ok(people.alice.get("/api/runs/"))
     assert len(body["results"]) == 6
+
+
+def test_a_profile_shows_its_tool_policy_and_its_runs_record_it(
+    people: kit.People, enqueued: list[str]
+) -> None:
+    """issue 12 item 3: the API shows the policy; a run from the profile records it."""
+    assert people.alice.user
+    policy = {"search_public": {"confirmation": "always", "approvers": "owner"}}
+    kit.profile_define(people.operator.user, "strict", tool_policy=policy)
+    (listed,) = kit.assert_ok(people.alice.get("/api/profiles/"))
+    assert listed["tool_policy"] == policy
+    body = kit.assert_ok(people.alice.post("/api/runs/", {"goal": "g", "profile": "strict"}), 201)
+    assert body["tool_policy"] == policy
+    assert Run.objects.get(pk=body["run_id"]).tool_policy == policy

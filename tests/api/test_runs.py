@@ -244,9 +244,13 @@ def test_create_refuses_invalid_input(body: dict, field: str | None, people: kit
          "constraints": {"query": "not-a-constraint"}},
         {"capability": "search:public", "resource_scope": "public", "expires_at_step": 1,
          "run_id": "run_elsewhere"},
+        {"capability": "search:public", "resource_scope": "public", "expires_at_step": 1,
+         "constraints": {"query": {"pattern": "(a+)\\1"}}},
+        {"capability": "search:public", "resource_scope": "public", "expires_at_step": 1,
+         "constraints": {"query": {"pattern": "x" * 300}}},
     ],
     ids=["no-expiry", "negative-expiry", "long-capability", "zero-calls", "constraints-str",
-         "constraint-shape", "foreign-run-id"],
+         "constraint-shape", "foreign-run-id", "pattern-backreference", "pattern-too-long"],
 )  # fmt: skip
 def test_operator_grants_are_validated(grant: dict, people: kit.People) -> None:
     before = m.Run.objects.count()

@@ -395,3 +395,26 @@ def test_a_confirmation_request_on_a_taken_id_is_an_integrity_violation(adapter:
         d.store.apply(asks)
     assert not isinstance(raised.value, VersionConflict)
     assert d.snapshot() == before
+
+
+def test_the_tool_policy_is_recorded_once_and_the_untrusted_view_is_answered(
+    adapter: Any,
+) -> None:
+    """issue 12 item 3: a run keeps the policy it was created with (no step rewrites it), and
+    both stores name the untrusted observations in the planner's view the same way."""
+    policy = {"write_note": {"confirmation": "when_untrusted"}}
+    state = new_state("run_policy").model_copy(update={"tool_policy": policy})
+    adapter.store.create(state, grants=[], confirmations=[], planner={"kind": "fixture"})
+    assert adapter.store.load("run_policy").tool_policy == policy
+
+    d = make_run(adapter, [read("p1", "retry"), read("p2", "other")])
+    d.start()
+    lookups = d.store.lookups(d.run_id)
+    assert lookups.untrusted_in_view(0) == ()
+    d.execute_next()  # read_note's output is untrusted content: tool-1
+    assert lookups.untrusted_in_view(d.load().step) == ("tool-1",)
+    d.execute_next()
+    assert lookups.untrusted_in_view(d.load().step) == ("tool-1", "tool-2")
+    # Tool results leave the view after their TTL (memory.domain.working.TTL_STEPS).
+    assert lookups.untrusted_in_view(d.load().step + 20) == ()
+    assert d.load().tool_policy == {}

@@ -18,6 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from agentconsole import wiring
 from policy.models import Grant
 from runs import profiles, services
 from runs.demo_profiles import DEMO_PROFILES, load_demo_profiles
@@ -322,4 +323,48 @@ def test_a_model_planner_without_an_endpoint_is_refused(operator: Any) -> None:
     response = client_for(operator).post("/profiles/", form(planner_kind="openai"))
     assert response.status_code == 400
     assert "PROFILE_PLANNER_INVALID" in response.content.decode()
+
+
+# ---- the tool policy field (issue 12 item 3) ---------------------------------------------------
+
+
+def test_operator_sets_a_tool_policy_that_tightens(operator: Any) -> None:
+    policy = {"search_public": {"confirmation": "always", "approvers": "operator"}}
+    response = client_for(operator).post("/profiles/", form(tool_policy=json.dumps(policy)))
+    assert response.status_code == 302, response.content.decode()[:500]
+    row = RunProfile.objects.get(name="new-research")
+    assert row.tool_policy == policy
+    edit = client_for(operator).get(f"/profiles/{row.pk}/").content.decode()
+    assert "when_untrusted" in edit  # the field's help names the policies
+    assert "&quot;approvers&quot;: &quot;operator&quot;" in edit
+
+
+@pytest.mark.parametrize(
+    ("tool_policy", "code"),
+    [
+        ("[1]", "FORM_INVALID"),
+        ('{"search_public": {"confirmation": "sometimes"}}', "TOOL_POLICY_INVALID"),
+        ('{"search_public": {"approve": "owner"}}', "TOOL_POLICY_INVALID"),
+        ('{"write_artifact": {"confirmation": "always"}}', "PROFILE_TOOL_NOT_ALLOWED"),
+    ],
+)
+def test_a_bad_tool_policy_is_a_400_and_nothing_saved(
+    operator: Any, tool_policy: str, code: str
+) -> None:
+    response = client_for(operator).post("/profiles/", form(tool_policy=tool_policy))
+    assert response.status_code == 400
+    assert code in response.content.decode()
+    assert not RunProfile.objects.exists()
+
+
+def test_a_tool_policy_looser_than_the_deployment_is_a_400(operator: Any, settings: Any) -> None:
+    settings.AGENTCONSOLE_TOOL_POLICY = {"search_public": {"confirmation": "when_untrusted"}}
+    wiring.tool_policy.cache_clear()
+    try:
+        loose = json.dumps({"search_public": {"confirmation": "never"}})
+        response = client_for(operator).post("/profiles/", form(tool_policy=loose))
+    finally:
+        wiring.tool_policy.cache_clear()
+    assert response.status_code == 400
+    assert "TOOL_POLICY_LOOSENS" in response.content.decode()
     assert not RunProfile.objects.exists()

@@ -440,6 +440,7 @@ def harness(
     deadline_ms: int = DEADLINE_MS,
     clock: FixedClock | None = None,
     secrets: dict[str, dict[str, str]] | None = None,
+    tool_policy: dict[str, Any] | None = None,
 ) -> Harness:
     kit = kit or Toolkit()
     clock = clock or FixedClock()
@@ -461,6 +462,7 @@ def harness(
         max_tool_calls=max_tool_calls,
         max_repeated_proposal=max_repeated_proposal,
         deadline_ms=deadline_ms,
+        tool_policy=tool_policy or {},
     )
     if grants is None:
         grants = [grant(c) for c in ALL_CAPABILITIES]

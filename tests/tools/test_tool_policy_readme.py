@@ -1,0 +1,115 @@
+"""The README's "Tool policy reference" example, exactly as printed: the third-party package
+``tests/plugins/tracker.py`` registers through AGENTCONSOLE_TOOLS with the README's settings and
+grants, and runs through the gate as the README says (issue 12 item 3)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentconsole import wiring
+from policy.models import Confirmation
+from runs import models as m
+from runs import services
+from runs.domain.budgets import RunBudgets
+from runs.domain.machine import Status
+from tests.plugins import tracker
+from tests.support.planner import tool_call
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+SECTION = README.split("## Tool policy reference", 1)[1].split("\n## ", 1)[0]
+
+
+def _blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", SECTION, flags=re.S)
+
+
+def readme_settings() -> dict[str, Any]:
+    (block,) = [b for b in _blocks("python") if b.startswith("AGENTCONSOLE_TOOLS = ")]
+    names: dict[str, Any] = {}
+    exec(block, {}, names)  # noqa: S102 - the README's own two assignments, nothing else
+    return names
+
+
+def readme_grants() -> list[dict[str, Any]]:
+    (block,) = [b for b in _blocks("json") if '"tracker:read"' in b]
+    return json.loads(block)
+
+
+def test_the_readme_prints_the_package_verbatim() -> None:
+    assert (ROOT / "tests/plugins/tracker.py").read_text() in _blocks("python")
+
+
+def test_the_readme_settings_register_and_validate(settings: Any) -> None:
+    for name, value in readme_settings().items():
+        setattr(settings, name, value)
+    wiring.registry.cache_clear()
+    wiring.tool_policy.cache_clear()
+    try:
+        names = {c.name for c in wiring.registry()}
+        assert {"tracker_read", "tracker_comment"} <= names
+        assert wiring.tool_policy().data() == {
+            "tracker_comment": {"confirmation": "when_untrusted", "approvers": "owner"}
+        }
+    finally:
+        wiring.registry.cache_clear()
+        wiring.tool_policy.cache_clear()
+
+
+@pytest.fixture
+def readme_deployment(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in readme_settings().items():
+        setattr(settings, name, value)
+    monkeypatch.setattr(services, "enqueue_advance", lambda run_id, **kw: None)
+    wiring.registry.cache_clear()
+    wiring.tool_policy.cache_clear()
+    tracker.COMMENTS.clear()
+    yield settings
+    wiring.registry.cache_clear()
+    wiring.tool_policy.cache_clear()
+
+
+def _run(outputs: list[Any]) -> m.Run:
+    state = services.run_create(
+        subject="alice",
+        goal="Tell the ticket what we found.",
+        budgets=RunBudgets(max_steps=8, max_tool_calls=4, max_repeated_proposal=2),
+        grants=readme_grants(),
+        planner={"kind": "fixture", "outputs": outputs},
+    )
+    services.run_advance(run_id=state.run_id)
+    return m.Run.objects.get(pk=state.run_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_readme_example_runs_as_described(readme_deployment: Any) -> None:
+    read = tool_call("p1", "tracker_read", {"ticket": "OPS-7"})
+    bad_id = tool_call("p2", "tracker_read", {"ticket": "ops-7"})
+    elsewhere = tool_call(
+        "p3", "tracker_comment", {"ticket": "OPS-7", "text": "x", "link": "https://evil.test/"}
+    )
+    clean = tool_call("p4", "tracker_comment", {"ticket": "OPS-7", "text": "on it"})
+    tainted = tool_call(
+        "p5", "tracker_comment", {"ticket": "OPS-7", "text": "as asked"}, sources=["tool-1"]
+    )
+    run = _run([read, bad_id, elsewhere, clean, tainted])
+
+    assert m.Observation.objects.get(run_id=run.pk, observation_id="tool-1").trust == (
+        "untrusted-content"
+    )
+    refused = m.Observation.objects.filter(run_id=run.pk, kind="policy-rejection")
+    assert sorted(refused.values_list("observation_id", "content__code")) == [
+        ("policy-2", "CAPABILITY_CONSTRAINT_VIOLATED"),  # not a full match of the pattern
+        ("policy-3", "CAPABILITY_CONSTRAINT_VIOLATED"),  # a link to another host
+    ]
+    # The comment citing only the user's request was posted at once, naming its proposal.
+    assert [c["by"] for c in tracker.COMMENTS.values()] == [f"agentconsole {run.pk}/p4"]
+    # The comment citing the ticket's untrusted description waits for a person.
+    assert run.status == Status.WAITING_CONFIRMATION.value
+    pending = Confirmation.objects.get(pk=run.pending_confirmation_id)
+    assert pending.proposal["proposal_id"] == "p5"
