@@ -213,19 +213,11 @@ def _growth(loop: _LangGraphLoop, growth_steps: int) -> tuple[str, list[float], 
     return our_run, ours, thread, theirs
 
 
-def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
+def _resume(
+    loop: _LangGraphLoop, our_run: str, thread: str, growth_steps: int
+) -> tuple[dict[str, float], list[int]]:
+    """One step taken cold on the long run / thread, and on a fresh one, for both."""
     from bench import core
-
-    ours_rates, theirs_rates = [], []
-    for _ in range(REPS):  # interleaved: ours, theirs, ours, ...
-        _, lat = _our_steps(RATE_STEPS)
-        ours_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
-        lat = loop.run(f"rate-{uuid.uuid4().hex[:8]}", RATE_STEPS)
-        theirs_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
-
-    growth_steps = GROWTH_STEPS if ctx.time_left() > 240 else 300
-    our_run, ours, thread, theirs = _growth(loop, growth_steps)
-    last = growth_steps - 10
 
     # Resume: a worker that starts cold on a run of ``growth_steps`` steps and takes one more,
     # against the same on a fresh run. Ours: a new Runner (nothing cached) and one step.
@@ -252,6 +244,23 @@ def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
         "theirs_ms": _first_step_ms(their_resume),
         "theirs_fresh_ms": _first_step_ms(their_fresh),
     }
+    return resume, done
+
+
+def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
+
+    ours_rates, theirs_rates = [], []
+    for _ in range(REPS):  # interleaved: ours, theirs, ours, ...
+        _, lat = _our_steps(RATE_STEPS)
+        ours_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
+        lat = loop.run(f"rate-{uuid.uuid4().hex[:8]}", RATE_STEPS)
+        theirs_rates.append((RATE_STEPS - 1) / sum(lat[1:]))
+
+    growth_steps = GROWTH_STEPS if ctx.time_left() > 240 else 300
+    our_run, ours, thread, theirs = _growth(loop, growth_steps)
+    last = growth_steps - 10
+
+    resume, done = _resume(loop, our_run, thread, growth_steps)
     ours_bytes = _our_bytes(our_run) / growth_steps
     theirs_bytes = _their_bytes(conn, thread) / done[0]
     _plot(ours, theirs, ctx)
