@@ -26,12 +26,12 @@ from django.db import connections
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
-from policy import mcp_selectors
+from policy.mcp import selectors as mcp_selectors
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
-from policy.mcp_client import call_tool, list_tools
+from policy.mcp.client import call_tool, list_tools
 from runs import tasks
 from runs.context import RunsContext
 from runs.domain.clock import SYSTEM_CLOCK, Clock
@@ -96,12 +96,12 @@ def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:
 @functools.cache
 def static_contracts() -> tuple[ToolContract, ...]:
     """The tools named in code and settings: built and checked once per process."""
-    contracts = (
-        builtin_contracts()
-        + demo_contracts()
-        + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
-    )
     try:
+        contracts = (
+            builtin_contracts()
+            + demo_contracts()
+            + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
+        )
         ToolRegistry(contracts)  # a broken contract stops the start-up (issue 9 item 15)
     except RegistryError as exc:
         raise ImproperlyConfigured(str(exc)) from exc

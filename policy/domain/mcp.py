@@ -4,7 +4,7 @@ An operator registers an MCP server and accepts each of its tools with a policy 
 (capability, resource rule, side effect, confirmation, timeout). This module turns one accepted
 ``tools/list`` entry plus that policy into a ``ToolContract``; the gate, the ledger and the
 executor then treat it as any other tool. It does no I/O: the call itself is the ``McpCall``
-the composition root hands in (``policy.mcp_client``).
+the composition root hands in (``policy.mcp.client``).
 
 Three rules live here:
 
@@ -367,7 +367,7 @@ def result_outcome(result: Mapping[str, Any]) -> ToolOutcome:
 
 
 class McpCall(Protocol):
-    """Calls one MCP tool for the executor (``policy.mcp_client.call_tool``).
+    """Calls one MCP tool for the executor (``policy.mcp.client.call_tool``).
 
     It checks the server's live listing of ``tool`` against ``pin`` before calling (refusing
     with ``MCP_TOOL_CHANGED``), passes the context's idempotency token in ``_meta`` and its

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
-from policy import mcp_services
+from policy.mcp import services as mcp_services
 from policy.domain.contracts import ConfirmationMode, SideEffect
 from policy.models import Confirmation, McpTool
 from runs import models as m

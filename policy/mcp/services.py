@@ -28,7 +28,7 @@ from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import RegisteredTool
 from policy.models import McpServer, McpTool
 
-# Lists a server's tools (``policy.mcp_client.list_tools`` with the secrets bound).
+# Lists a server's tools (``policy.mcp.client.list_tools`` with the secrets bound).
 Lister = Callable[[McpServerSpec], list[dict[str, Any]]]
 
 MAX_TOOLS = 200  # tools kept from one listing

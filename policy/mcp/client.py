@@ -46,7 +46,8 @@ _CANCEL_POLL_S = 0.02
 
 class McpUnavailable(McpError):
     code = "MCP_SERVER_UNAVAILABLE"
-    http_status = 502
+    # 424 Failed Dependency: the request was fine, the server it names did not answer.
+    http_status = 424
 
 
 class SecretMissing(McpError):
