@@ -26,11 +26,11 @@ from django.db import connections
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
-from policy.mcp import selectors as mcp_selectors
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
+from policy.mcp import selectors as mcp_selectors
 from policy.mcp.client import call_tool, list_tools
 from runs import tasks
 from runs.context import RunsContext

@@ -17,9 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from policy.http import StrictSerializer, validated
 from policy.mcp import selectors as mcp_selectors
 from policy.mcp import services as mcp_services
-from policy.http import StrictSerializer, validated
 from policy.roles import is_operator
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
-from policy.mcp import services as mcp_services
 from policy.domain.contracts import ConfirmationMode, SideEffect
+from policy.mcp import services as mcp_services
 from policy.models import Confirmation, McpTool
 from runs import models as m
 from runs import services
