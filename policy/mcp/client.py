@@ -171,12 +171,20 @@ def call_tool(
                         "CANCELLED", "cancelled before the call", retryable=False
                     )
                 sent = True
-                result = await client.call_tool(
-                    tool,
-                    arguments,
-                    read_timeout_seconds=timeout_s,
-                    meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
-                )
+                try:
+                    result = await client.call_tool(
+                        tool,
+                        arguments,
+                        read_timeout_seconds=timeout_s,
+                        meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
+                    )
+                except MCPError as exc:
+                    # A JSON-RPC error answer (unknown tool, invalid params): the server
+                    # refused the request; the tool did not run.
+                    log.info("mcp %s/%s: error answer %s", server.name, tool, exc.error.code)
+                    return ToolOutcome.rejected(
+                        "MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}"
+                    )
                 return result_outcome(_dump(result))
         finally:
             if http is not None:
@@ -195,17 +203,16 @@ def call_tool(
         return outcome[0] if outcome else None
 
     try:
-        with _devnull() as errlog:
-            outcome = anyio.run(_with_deadline, bounded, timeout_s)
+        # Checked here, not in the session: inside the SDK's task groups it would arrive
+        # wrapped in an exception group.
+        _secret_values({**server.env_secrets, **server.header_secrets}, ctx.secrets)
     except SecretMissing:
         return ToolOutcome.failed("MCP_SECRET_MISSING", "a secret of the server is not set",
                                   retryable=False)  # fmt: skip
-    except MCPError as exc:
-        # A JSON-RPC error answer (unknown tool, invalid params): the server refused the
-        # request; the tool did not run.
-        log.info("mcp %s/%s: error answer %s", server.name, tool, exc.error.code)
-        return ToolOutcome.rejected("MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}")
-    except Exception as exc:
+    try:
+        with _devnull() as errlog:
+            outcome = anyio.run(_with_deadline, bounded, timeout_s)
+    except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
         log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, sent)
         return _interrupted(sent=sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")
     if outcome is not None:

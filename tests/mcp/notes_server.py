@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -65,6 +67,13 @@ def build(log: Path, variant: str) -> MCPServer:
         """Say which token this server was started with."""
         record("whoami", {}, ctx)
         return f"token={os.environ.get('NOTES_TOKEN', '')}"
+
+    @server.tool()
+    async def slow(ctx: Context) -> str:
+        """Takes a minute (the tests' timeout and cancel stop it first)."""
+        record("slow", {}, ctx)
+        await anyio.sleep(60)
+        return "late"
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def fail(ctx: Context) -> str:

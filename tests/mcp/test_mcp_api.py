@@ -26,7 +26,8 @@ def operator() -> Persona:
 def error(response: Any, status: int, code: str) -> dict[str, Any]:
     body = response.json()
     assert response.status_code == status, body
-    assert set(body) == {"code", "message", "extra"} and body["code"] == code, body
+    assert set(body) == {"code", "message", "extra"}, body
+    assert body["code"] == code, body
     return body
 
 
