@@ -41,7 +41,7 @@ def test_register_list_accept(stdio_notes: NotesServer, tmp_path: Path) -> None:
         mcp("accept", "notes", "post_note", str(policy), "--pin", "0" * 64)
     with pytest.raises(CommandError, match="NOT_FOUND"):
         mcp("refresh", "nope")
+    policy.write_text("[]")
     with pytest.raises(CommandError, match="must hold a JSON object"):
-        policy.write_text("[]")
         mcp("accept", "notes", "post_note", str(policy))
     assert "disabled" in mcp("disable", "notes")

@@ -74,11 +74,13 @@ class Command(BaseCommand):
             servers = selectors.mcp_servers()
             if options["json"]:
                 self.stdout.write(json.dumps(servers, default=str, indent=2))
-            for server in servers if not options["json"] else ():
-                self._show(server)
+            for view in servers if not options["json"] else ():
+                self._show(view)
         elif action == "refresh":
-            server = services.mcp_server_refresh(name=options["server"], lister=wiring.mcp_lister)
-            self._show(selectors.mcp_server_view(server))
+            refreshed = services.mcp_server_refresh(
+                name=options["server"], lister=wiring.mcp_lister
+            )
+            self._show(selectors.mcp_server_view(refreshed))
         elif action == "accept":
             pin = options["pin"] or self._listed_pin(options["server"], options["tool"])
             row = services.mcp_tool_accept(
@@ -90,10 +92,10 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"accepted {row.name} as version {row.revision} (pin {pin[:12]})")
         else:
-            server = services.mcp_server_set_enabled(
+            switched = services.mcp_server_set_enabled(
                 name=options["server"], enabled=action == "enable"
             )
-            self.stdout.write(f"{server.name}: {'enabled' if server.enabled else 'disabled'}")
+            self.stdout.write(f"{switched.name}: {'enabled' if switched.enabled else 'disabled'}")
 
     def _listed_pin(self, server: str, tool: str) -> str:
         row = McpTool.objects.filter(server__name=server, name=tool).first()
