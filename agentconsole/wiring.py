@@ -128,7 +128,10 @@ class _Registry:
             return built[1]
         with self._lock:
             try:
-                fresh = ToolRegistry(static + tuple(mcp_selectors.mcp_contracts(call=call_tool)))
+                mcp = mcp_selectors.mcp_contracts(
+                    call=call_tool, allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS
+                )
+                fresh = ToolRegistry(static + tuple(mcp))
             except RegistryError as exc:
                 # An MCP contract named like a static tool: the static set stands alone.
                 raise ImproperlyConfigured(str(exc)) from exc

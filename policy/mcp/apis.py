@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
@@ -66,7 +67,10 @@ class McpServerList(APIView):
         _operator(request)
         spec = validated(ServerIn, request.data)
         server = mcp_services.mcp_server_register(
-            spec=dict(spec), by=request.user, lister=wiring.mcp_lister
+            spec=dict(spec),
+            by=request.user,
+            lister=wiring.mcp_lister,
+            allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
         )
         return Response(_server_out(server.name), status=201)
 
@@ -82,7 +86,11 @@ class McpServerRefresh(APIView):
     @extend_schema(request=None, responses={200: dict})
     def post(self, request: Request, name: str) -> Response:
         _operator(request)
-        mcp_services.mcp_server_refresh(name=name, lister=wiring.mcp_lister)
+        mcp_services.mcp_server_refresh(
+            name=name,
+            lister=wiring.mcp_lister,
+            allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
+        )
         return Response(_server_out(name))
 
 

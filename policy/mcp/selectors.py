@@ -4,7 +4,7 @@ from, and the operator's view of servers and tools (API, command, console)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db.models import Count, Max
@@ -55,12 +55,15 @@ def mcp_accepted_tools() -> list[AcceptedTool]:
     ]
 
 
-def mcp_contracts(*, call: McpCall) -> list[ToolContract]:
+def mcp_contracts(*, call: McpCall, allowed_commands: Sequence[str]) -> list[ToolContract]:
     """Contracts of the accepted tools. One that no longer builds (the code's rules grew
-    stricter since it was accepted) is left out and logged: one bad MCP tool must not stop
-    every run's registry."""
+    stricter since it was accepted), or whose stdio command the deployment no longer allows,
+    is left out and logged: one bad MCP tool must not stop every run's registry."""
     out = []
     for tool in mcp_accepted_tools():
+        if tool.server.transport == "stdio" and tool.server.command not in allowed_commands:
+            log.warning("mcp server %s left out: command not allowed", tool.server.name)
+            continue
         try:
             out.append(mcp_contract(tool, call=call))
         except DomainError as exc:

@@ -8,7 +8,7 @@ and the rows are written in one transaction after it, or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -38,6 +38,17 @@ class McpConflict(McpError):
     http_status = 409
 
 
+def command_allowed(spec: McpServerSpec, allowed: Sequence[str]) -> None:
+    """A stdio server is a process the worker starts: an operator picks among the commands the
+    deployment allows (``AGENTCONSOLE_MCP_STDIO_COMMANDS``), else registering a server would be
+    running any program on the workers' hosts."""
+    if spec.transport == "stdio" and spec.command not in allowed:
+        raise McpError(
+            "this command is not in AGENTCONSOLE_MCP_STDIO_COMMANDS",
+            code="MCP_COMMAND_NOT_ALLOWED",
+        )
+
+
 def _invalid(code: str, exc: ValidationError) -> McpError:
     # include_input=False: a refused value may be a secret pasted in the wrong field.
     errors = [
@@ -47,13 +58,17 @@ def _invalid(code: str, exc: ValidationError) -> McpError:
     return McpError("invalid MCP configuration", code=code, errors=errors)
 
 
-def mcp_server_register(*, spec: dict[str, Any], by: Any, lister: Lister) -> McpServer:
+def mcp_server_register(
+    *, spec: dict[str, Any], by: Any, lister: Lister, allowed_commands: Sequence[str]
+) -> McpServer:
     """Register a server and record its tools (none accepted yet). Refused with
+    MCP_COMMAND_NOT_ALLOWED for a stdio command the deployment does not allow,
     MCP_SERVER_EXISTS for a taken name, MCP_SERVER_UNAVAILABLE when it cannot be listed."""
     try:
         parsed = McpServerSpec.model_validate(spec)
     except ValidationError as exc:
         raise _invalid("MCP_SERVER_INVALID", exc) from None
+    command_allowed(parsed, allowed_commands)
     if McpServer.objects.filter(name=parsed.name).exists():
         raise McpConflict("a server of that name exists", code="MCP_SERVER_EXISTS")
     listing = lister(parsed)  # I/O, outside any transaction
@@ -75,12 +90,14 @@ def mcp_server_register(*, spec: dict[str, Any], by: Any, lister: Lister) -> Mcp
     return server
 
 
-def mcp_server_refresh(*, name: str, lister: Lister) -> McpServer:
+def mcp_server_refresh(*, name: str, lister: Lister, allowed_commands: Sequence[str]) -> McpServer:
     """List the server's tools again. A tool listed differently from what was accepted is
     ``changed`` from now on (refused at the gate until accepted again); one no longer listed
     is ``gone``."""
     server = _server(name)
-    listing = lister(McpServerSpec.model_validate(server.spec))
+    spec = McpServerSpec.model_validate(server.spec)
+    command_allowed(spec, allowed_commands)
+    listing = lister(spec)
     with transaction.atomic():
         server = McpServer.objects.select_for_update().get(pk=server.pk)
         _record_listing(server, listing)

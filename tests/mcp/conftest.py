@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from tests.mcp.mcp_kit import TOKEN, NotesServer, http_server, stdio_server
 @pytest.fixture
 def mcp_secrets(settings: pytest.FixtureRequest) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN}  # type: ignore[attr-defined]
+    # The test server runs under this interpreter; only it may be started.
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -68,14 +68,27 @@ def test_a_bad_server_spec_is_a_400_and_writes_nothing(
     assert not McpServer.objects.exists()
 
 
-def test_an_unreachable_server_is_a_424_and_writes_nothing(operator: Persona) -> None:
+def test_an_unreachable_server_is_a_424_and_writes_nothing(
+    operator: Persona, settings: Any
+) -> None:
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["/nonexistent/mcp-server"]
     spec = {"name": "gone", "transport": "stdio", "command": "/nonexistent/mcp-server"}
     error(operator.post(SERVERS, spec), 424, "MCP_SERVER_UNAVAILABLE")
+    spec = {"name": "gone", "transport": "http", "url": "http://127.0.0.1:9/mcp"}
+    error(operator.post(SERVERS, spec), 424, "MCP_SERVER_UNAVAILABLE")
+    assert not McpServer.objects.exists()
+
+
+def test_only_the_deployments_commands_may_be_started(operator: Persona, settings: Any) -> None:
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["/usr/bin/allowed"]
+    spec = {"name": "x", "transport": "stdio", "command": "/bin/sh", "args": ["-c", "id"]}
+    error(operator.post(SERVERS, spec), 400, "MCP_COMMAND_NOT_ALLOWED")
     assert not McpServer.objects.exists()
 
 
 def test_a_missing_secret_is_named(operator: Persona, settings: Any) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {}
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["x"]
     spec = {"name": "x", "transport": "stdio", "command": "x", "env_secrets": {"T": "NOPE"}}
     body = error(operator.post(SERVERS, spec), 400, "MCP_SECRET_MISSING")
     assert body["extra"]["names"] == ["NOPE"]
@@ -85,7 +98,7 @@ def test_register_list_and_accept(operator: Persona, stdio_notes: NotesServer) -
     created = operator.post(SERVERS, stdio_notes.spec)
     assert created.status_code == 201, created.json()
     tools = {t["name"]: t for t in created.json()["tools"]}
-    assert set(tools) == {"lookup", "post_note", "whoami", "fail"}
+    assert set(tools) == {"lookup", "post_note", "whoami", "fail", "slow"}
     assert {t["state"] for t in tools.values()} == {"new"}
     # The schema the contract would get is closed at every depth.
     assert tools["lookup"]["input_schema"]["additionalProperties"] is False

@@ -9,6 +9,7 @@ result and proposes the write at once. The write still waits for a person.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -30,7 +31,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 def register_and_accept(notes: NotesServer, **policies: dict[str, Any]) -> str:
     name = notes.spec["name"]
-    mcp_services.mcp_server_register(spec=notes.spec, by=None, lister=wiring.mcp_lister)
+    mcp_services.mcp_server_register(
+        spec=notes.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+    )
     for tool, policy in policies.items():
         row = McpTool.objects.get(server__name=name, name=tool)
         mcp_services.mcp_tool_accept(
@@ -157,7 +160,9 @@ def test_a_changed_tool_is_refused_until_accepted_again(stdio_notes: NotesServer
     assert stdio_notes.calls() == []
 
     # 2. At registry build, once the listing was refreshed: the gate refuses (semantic layer).
-    mcp_services.mcp_server_refresh(name=server, lister=wiring.mcp_lister)
+    mcp_services.mcp_server_refresh(
+        name=server, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+    )
     assert (
         McpTool.objects.get(name="lookup").listed_pin
         != McpTool.objects.get(name="lookup").accepted_pin

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -67,7 +68,10 @@ class Command(BaseCommand):
         by = self._user(options.get("by"))
         if action == "register":
             server = services.mcp_server_register(
-                spec=_json_file(options["spec"]), by=by, lister=wiring.mcp_lister
+                spec=_json_file(options["spec"]),
+                by=by,
+                lister=wiring.mcp_lister,
+                allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
             )
             self._show(selectors.mcp_server_view(server))
         elif action == "list":
@@ -78,7 +82,9 @@ class Command(BaseCommand):
                 self._show(view)
         elif action == "refresh":
             refreshed = services.mcp_server_refresh(
-                name=options["server"], lister=wiring.mcp_lister
+                name=options["server"],
+                lister=wiring.mcp_lister,
+                allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
             )
             self._show(selectors.mcp_server_view(refreshed))
         elif action == "accept":
