@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TextIO, cast
 
 import anyio
@@ -134,6 +135,70 @@ async def _all_tools(client: Client) -> list[dict[str, Any]]:
     return tools
 
 
+@dataclass
+class _Call:
+    """One ``tools/call`` in its own session; ``sent`` says whether the request went out."""
+
+    server: McpServerSpec
+    tool: str
+    arguments: dict[str, Any]
+    ctx: ToolContext
+    pin: str
+    timeout_s: float
+    errlog: TextIO
+    sent: bool = False
+
+    async def run(self) -> ToolOutcome:
+        ctx = self.ctx
+        client, http = _client(self.server, ctx.secrets, ctx.trace_headers, self.timeout_s,
+                               self.errlog)  # fmt: skip
+        try:
+            async with client:
+                listed = {t.get("name"): t for t in await _all_tools(client)}
+                current = listed.get(self.tool)
+                if current is None:
+                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "the server no longer lists it")
+                if listing_pin(current) != self.pin:
+                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "re-accept the tool")
+                if ctx.cancel.cancelled:
+                    return ToolOutcome.failed(
+                        "CANCELLED", "cancelled before the call", retryable=False
+                    )
+                self.sent = True
+                try:
+                    result = await client.call_tool(
+                        self.tool,
+                        self.arguments,
+                        read_timeout_seconds=self.timeout_s,
+                        meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
+                    )
+                except MCPError as exc:
+                    # A JSON-RPC error answer (unknown tool, invalid params): the server
+                    # refused the request; the tool did not run.
+                    log.info("mcp %s/%s: error %s", self.server.name, self.tool, exc.error.code)
+                    return ToolOutcome.rejected(
+                        "MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}"
+                    )
+                return result_outcome(_dump(result))
+        finally:
+            if http is not None:
+                await http.aclose()
+
+    async def bounded(self) -> ToolOutcome | None:
+        """``run`` until it answers, the cancel signal is set or the timeout passes (None)."""
+        outcome: list[ToolOutcome] = []
+        with anyio.move_on_after(self.timeout_s):
+            async with anyio.create_task_group() as group:
+
+                async def work() -> None:
+                    outcome.append(await self.run())
+                    group.cancel_scope.cancel()
+
+                group.start_soon(_watch, self.ctx.cancel, group)
+                group.start_soon(work)
+        return outcome[0] if outcome else None
+
+
 def call_tool(
     server: McpServerSpec,
     *,
@@ -152,56 +217,6 @@ def call_tool(
        broken connection may have left an effect: ``unknown`` for a write.
     3. Map the result (``result_outcome``): untrusted content, or ``MCP_TOOL_ERROR``.
     """
-    timeout_s = timeout_ms / 1000
-    sent = False
-
-    async def run() -> ToolOutcome:
-        nonlocal sent
-        client, http = _client(server, ctx.secrets, ctx.trace_headers, timeout_s, errlog)
-        try:
-            async with client:
-                listed = {t.get("name"): t for t in await _all_tools(client)}
-                current = listed.get(tool)
-                if current is None:
-                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "the server no longer lists it")
-                if listing_pin(current) != pin:
-                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "re-accept the tool")
-                if ctx.cancel.cancelled:
-                    return ToolOutcome.failed(
-                        "CANCELLED", "cancelled before the call", retryable=False
-                    )
-                sent = True
-                try:
-                    result = await client.call_tool(
-                        tool,
-                        arguments,
-                        read_timeout_seconds=timeout_s,
-                        meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
-                    )
-                except MCPError as exc:
-                    # A JSON-RPC error answer (unknown tool, invalid params): the server
-                    # refused the request; the tool did not run.
-                    log.info("mcp %s/%s: error answer %s", server.name, tool, exc.error.code)
-                    return ToolOutcome.rejected(
-                        "MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}"
-                    )
-                return result_outcome(_dump(result))
-        finally:
-            if http is not None:
-                await http.aclose()
-
-    async def bounded() -> ToolOutcome | None:
-        outcome: list[ToolOutcome] = []
-        async with anyio.create_task_group() as group:
-
-            async def work() -> None:
-                outcome.append(await run())
-                group.cancel_scope.cancel()
-
-            group.start_soon(_watch, ctx.cancel, group)
-            group.start_soon(work)
-        return outcome[0] if outcome else None
-
     try:
         # Checked here, not in the session: inside the SDK's task groups it would arrive
         # wrapped in an exception group.
@@ -209,24 +224,19 @@ def call_tool(
     except SecretMissing:
         return ToolOutcome.failed("MCP_SECRET_MISSING", "a secret of the server is not set",
                                   retryable=False)  # fmt: skip
-    try:
-        with _devnull() as errlog:
-            outcome = anyio.run(_with_deadline, bounded, timeout_s)
-    except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
-        log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, sent)
-        return _interrupted(sent=sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")
+    with _devnull() as errlog:
+        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog)
+        try:
+            outcome = anyio.run(call.bounded)
+        except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
+            log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, call.sent)
+            return _interrupted(sent=call.sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")
     if outcome is not None:
         return outcome
     code = "CANCELLED" if ctx.cancel.cancelled else "TOOL_TIMEOUT"
-    if not sent and code == "CANCELLED":
+    if not call.sent and code == "CANCELLED":
         return ToolOutcome.failed(code, "cancelled before the call", retryable=False)
-    return _interrupted(sent=sent, read_only=read_only, code=code)
-
-
-async def _with_deadline(fn: Any, timeout_s: float) -> ToolOutcome | None:
-    with anyio.move_on_after(timeout_s):
-        return await fn()
-    return None
+    return _interrupted(sent=call.sent, read_only=read_only, code=code)
 
 
 async def _watch(cancel: CancelSignal, group: Any) -> None:
