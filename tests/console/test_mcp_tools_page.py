@@ -15,7 +15,7 @@ from django.test import Client
 from agentconsole import wiring
 from policy.mcp import services
 from policy.models import McpTool
-from tests.mcp.mcp_kit import stdio_server
+from tests.mcp.mcp_kit import TIMEOUT_MS, stdio_server
 from tests.support.personas import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def notes(tmp_path: Path, settings: Any) -> str:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": "t"}
     settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]
+    settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000
     wiring.registry.cache_clear()
     spec = stdio_server(tmp_path).spec
     services.mcp_server_register(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentconsole import wiring
-from tests.mcp.mcp_kit import TOKEN, NotesServer, http_server, stdio_server
+from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server, stdio_server
 
 
 @pytest.fixture
@@ -17,6 +17,7 @@ def mcp_secrets(settings: pytest.FixtureRequest) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN}  # type: ignore[attr-defined]
     # The test server runs under this interpreter; only it may be started.
     settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]  # type: ignore[attr-defined]
+    settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000  # type: ignore[attr-defined]
 
 
 @pytest.fixture

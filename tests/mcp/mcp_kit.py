@@ -17,13 +17,22 @@ from typing import Any
 SERVER = Path(__file__).resolve().parent / "notes_server.py"
 TOKEN = "notes-canary-7f3a9c"  # the server's secret: must never show in a run record
 
-READ_POLICY = {"capability": "notes:read", "side_effect": "read", "confirmation": "never"}
+# Timeouts are generous bounds: a stdio call starts a Python process that imports the SDK, on a
+# machine that may be busy; no test here claims a speed.
+TIMEOUT_MS = 120_000
+READ_POLICY = {
+    "capability": "notes:read",
+    "side_effect": "read",
+    "confirmation": "never",
+    "timeout_ms": TIMEOUT_MS,
+}
 # The operator calls post_note an idempotent write that needs no confirmation; the server's
 # destructiveHint makes it irreversible and confirmed per call (annotations only tighten).
 WRITE_POLICY = {
     "capability": "notes:write",
     "side_effect": "idempotent-write",
     "confirmation": "never",
+    "timeout_ms": TIMEOUT_MS,
 }
 
 

@@ -15,7 +15,7 @@ from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.mcp import McpServerSpec, pin
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome
 from policy.mcp.client import McpUnavailable, call_tool, list_tools
-from tests.mcp.mcp_kit import TOKEN, NotesServer, http_server
+from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -33,10 +33,11 @@ def ctx(cancel: CancelSignal | None = None) -> ToolContext:
     )
 
 
-def call(notes: NotesServer, tool: str, *, read_only: bool, timeout_ms: int = 10_000,
+def call(notes: NotesServer, tool: str, *, read_only: bool, timeout_ms: int = TIMEOUT_MS,
          cancel: CancelSignal | None = None, **arguments: Any) -> ToolOutcome:  # fmt: skip
     spec = McpServerSpec.model_validate(notes.spec)
-    pins = {t["name"]: pin(t) for t in list_tools(spec, secrets={"NOTES_TOKEN": TOKEN})}
+    listed = list_tools(spec, secrets={"NOTES_TOKEN": TOKEN}, timeout_s=TIMEOUT_MS / 1000)
+    pins = {t["name"]: pin(t) for t in listed}
     return call_tool(
         spec,
         tool=tool,
@@ -71,10 +72,10 @@ def http_notes(tmp_path: Path, mcp_secrets: None) -> Iterator[NotesServer]:
 def test_a_timeout_after_sending_is_unknown_for_a_write_and_retryable_for_a_read(
     http_notes: NotesServer,
 ) -> None:
-    # HTTP: connecting and listing take a fraction of the 8 s; the tool takes a minute.
-    write = call(http_notes, "slow", read_only=False, timeout_ms=8_000)
+    # HTTP: connecting and listing take a fraction of the 20 s; the tool takes a minute.
+    write = call(http_notes, "slow", read_only=False, timeout_ms=20_000)
     assert (write.status, write.code) == (OutcomeStatus.UNKNOWN, "TOOL_TIMEOUT")
-    read = call(http_notes, "slow", read_only=True, timeout_ms=8_000)
+    read = call(http_notes, "slow", read_only=True, timeout_ms=20_000)
     assert (read.status, read.code, read.retryable) == (OutcomeStatus.FAILED, "TOOL_TIMEOUT", True)
     assert len(http_notes.calls("slow")) == 2  # both requests did reach the server
 
@@ -95,7 +96,7 @@ def _cancel_once_called(notes: NotesServer, tool: str, cancel: CancelSignal) -> 
 def test_a_cancel_after_sending_leaves_a_write_unknown(notes: NotesServer) -> None:
     cancel = CancelSignal()
     watcher = _cancel_once_called(notes, "slow", cancel)
-    outcome = call(notes, "slow", read_only=False, timeout_ms=120_000, cancel=cancel)
+    outcome = call(notes, "slow", read_only=False, cancel=cancel)
     watcher.join()
     assert (outcome.status, outcome.code) == (OutcomeStatus.UNKNOWN, "CANCELLED")
 
