@@ -67,7 +67,8 @@ def mcp_contracts(*, call: McpCall, allowed_commands: Sequence[str]) -> list[Too
         try:
             out.append(mcp_contract(tool, call=call))
         except DomainError as exc:
-            log.warning("mcp tool %s/%s left out: %s", tool.server.name, tool.listing, exc.code)
+            name = tool.listing.get("name")
+            log.warning("mcp tool %s/%s left out: %s", tool.server.name, name, exc.code)
     return out
 
 
