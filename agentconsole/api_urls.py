@@ -16,6 +16,7 @@ from agentconsole import auth
 from memory import apis as memory_api
 from policy import apis as policy_api
 from policy.http import LimitedJSONParser, StrictSerializer
+from policy.mcp import apis as mcp_apis
 from runs import apis as runs_api
 from runs import profile_apis
 
@@ -115,6 +116,23 @@ urlpatterns = [
         name="api-handoff-resolve",
     ),
     path("queues/", runs_api.QueueCounts.as_view(), name="api-queues"),
+    path("mcp/servers/", mcp_apis.McpServerList.as_view(), name="api-mcp-servers"),
+    path("mcp/servers/<str:name>/", mcp_apis.McpServerDetail.as_view(), name="api-mcp-server"),
+    path(
+        "mcp/servers/<str:name>/refresh/",
+        mcp_apis.McpServerRefresh.as_view(),
+        name="api-mcp-server-refresh",
+    ),
+    path(
+        "mcp/servers/<str:name>/enabled/",
+        mcp_apis.McpServerEnabled.as_view(),
+        name="api-mcp-server-enabled",
+    ),
+    path(
+        "mcp/servers/<str:name>/tools/<str:tool>/accept/",
+        mcp_apis.McpToolAccept.as_view(),
+        name="api-mcp-tool-accept",
+    ),
     path("preferences/", memory_api.PreferenceList.as_view(), name="api-preferences"),
     path("preferences/changes/", memory_api.ChangePropose.as_view(), name="api-pref-propose"),
     path(

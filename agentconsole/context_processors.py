@@ -18,6 +18,7 @@ _NAV: tuple[tuple[str, str, str, str], ...] = (
     ("Confirmations", "/confirmations/", "operator", "pending_confirmations"),
     ("Handoffs", "/handoffs/", "reviewer", "open_handoffs"),
     ("Profiles", "/profiles/", "operator", ""),
+    ("Tools", "/tools/", "operator", ""),
     ("Memory", "/memory/", "operator", ""),
     ("My preferences", "/preferences/", "everyone", ""),
 )

@@ -42,6 +42,18 @@ def _env_json_list(name: str) -> list[str]:
     return value
 
 
+def _env_json_dict(name: str) -> dict[str, str]:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        # Not the parser's message: it quotes the text, and this text holds secrets.
+        raise RuntimeError(f"{name} must be a JSON object of strings") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise RuntimeError(f"{name} must be a JSON object of strings")
+    return value
+
+
 def _dev_secret_key() -> str:
     """Read ``var/secret_key``, creating it on first use (dev only; ``var/`` is never committed).
 
@@ -359,6 +371,16 @@ AGENTCONSOLE_FAULTS_ENABLED = _env_bool("AGENTCONSOLE_FAULTS_ENABLED", "0")
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
 AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
+
+# Secrets of MCP servers (README "MCP tools"), by name: a server spec names the secrets it needs
+# (an environment variable of a stdio server, a header of an HTTP server) and the executor
+# injects the values at call time. From the environment: a JSON object of strings.
+AGENTCONSOLE_MCP_SECRETS: dict[str, str] = _env_json_dict("AGENTCONSOLE_MCP_SECRETS")
+# The commands a stdio MCP server may be started with (absolute paths, exact match): a stdio
+# server is a program the workers run, so the deployment names them; empty: stdio refused.
+AGENTCONSOLE_MCP_STDIO_COMMANDS: list[str] = _env_json_list("AGENTCONSOLE_MCP_STDIO_COMMANDS")
+# How long listing a server's tools (register, refresh) may take.
+AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
 
 # Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of

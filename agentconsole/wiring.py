@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import threading
 import time
 from collections.abc import Callable, Iterable
 from types import ModuleType
@@ -28,8 +29,11 @@ from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
+from policy.domain.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_policy, tool_facts
+from policy.mcp import selectors as mcp_selectors
+from policy.mcp.client import call_tool, list_tools
 from runs import tasks
 from runs.context import RunsContext
 from runs.domain import model_planning
@@ -94,26 +98,81 @@ def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:
 
 
 @functools.cache
-def registry() -> ToolRegistry:
+def static_contracts() -> tuple[ToolContract, ...]:
+    """The tools named in code and settings: built and checked once per process."""
     try:
-        return ToolRegistry(
+        contracts = (
             builtin_contracts()
             + demo_contracts()
             + extra_contracts(getattr(settings, "AGENTCONSOLE_TOOLS", []))
         )
+        ToolRegistry(contracts)  # a broken contract stops the start-up (issue 9 item 15)
     except RegistryError as exc:
         raise ImproperlyConfigured(str(exc)) from exc
+    return tuple(contracts)
+
+
+class _Registry:
+    """``registry()``: the static tools plus the MCP tools operators accepted (in the database).
+
+    Rebuilt when the MCP catalog changes: each call reads the catalog's stamp (one aggregate
+    query, ``mcp_catalog_stamp``) and reuses the registry built for that stamp. A runner takes
+    one registry for a whole advance, so a step costs no extra query; an acceptance reaches the
+    next advance. ``cache_clear()`` drops everything (tests that change settings)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: tuple[Any, ToolRegistry] | None = None
+
+    def __call__(self) -> ToolRegistry:
+        static = static_contracts()
+        stamp = mcp_selectors.mcp_catalog_stamp()
+        built = self._built
+        if built is not None and built[0] == stamp:
+            return built[1]
+        with self._lock:
+            try:
+                mcp = mcp_selectors.mcp_contracts(
+                    call=call_tool, allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS
+                )
+                fresh = ToolRegistry(static + tuple(mcp))
+            except RegistryError as exc:
+                # An MCP contract named like a static tool: the static set stands alone.
+                raise ImproperlyConfigured(str(exc)) from exc
+            self._built = (stamp, fresh)
+        return fresh
+
+    def cache_clear(self) -> None:
+        static_contracts.cache_clear()
+        with self._lock:
+            self._built = None
+
+
+registry = _Registry()
+
+
+def mcp_lister(spec: McpServerSpec) -> list[dict[str, Any]]:
+    """Lists a server's tools for the MCP services, with the secrets from settings."""
+    return list_tools(
+        spec,
+        secrets=settings.AGENTCONSOLE_MCP_SECRETS,
+        timeout_s=settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S,
+    )
 
 
 @functools.cache
 def tool_policy() -> ToolPolicy:
-    """``settings.AGENTCONSOLE_TOOL_POLICY``, checked against the registry once: an unknown
-    tool, key, value or argument stops the start-up (a system check calls this), never a
-    policy silently ignored."""
+    """``settings.AGENTCONSOLE_TOOL_POLICY``, checked against the tools named in code and
+    settings once: an unknown tool, key, value or argument stops the start-up (a system check
+    calls this), never a policy silently ignored.
+
+    The static tools only, not ``registry()``: system checks run before ``migrate`` (no MCP
+    catalog table yet) and the policy is cached for the process, while MCP tools come and go
+    with an operator's acceptance, which carries their own confirmation mode."""
     raw = getattr(settings, "AGENTCONSOLE_TOOL_POLICY", None)
     try:
         return parse_tool_policy(
-            raw, tools=tool_facts(registry()), where="AGENTCONSOLE_TOOL_POLICY"
+            raw, tools=tool_facts(static_contracts()), where="AGENTCONSOLE_TOOL_POLICY"
         )
     except ToolPolicyInvalid as exc:
         raise ImproperlyConfigured(exc.message) from exc
@@ -156,10 +215,14 @@ def store(lease_owner: str | None = None) -> OrmRunStore:
     return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
-def executor(clock: Clock = SYSTEM_CLOCK) -> ThreadExecutor:
+def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> ThreadExecutor:
+    tools = tools if tools is not None else registry()
     common: dict[str, Any] = {
-        "registry": registry(),
-        "secrets": getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
+        "registry": tools,
+        "secrets": {
+            **getattr(settings, "AGENTCONSOLE_TOOL_SECRETS", {}),
+            **mcp_selectors.mcp_secrets_for(tools, settings.AGENTCONSOLE_MCP_SECRETS),
+        },
         "services": {"run_output_root": str(settings.AGENTCONSOLE_RUN_OUTPUT_ROOT)},
         # A tool thread opens its own database connection; close it when the thread ends.
         "on_thread_exit": connections.close_all,
@@ -172,11 +235,12 @@ def executor(clock: Clock = SYSTEM_CLOCK) -> ThreadExecutor:
 
 
 def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runner:
+    tools = registry()  # one registry (one catalog read) for the runner and its executor
     return Runner(
         store=store(lease_owner),
         watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner, clock=clock),
-        registry=registry(),
-        executor=executor(clock),
+        registry=tools,
+        executor=executor(clock, tools),
         planner_for=functools.partial(planner_for, clock=clock),
         clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),

@@ -81,3 +81,74 @@ class Confirmation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.tool_name} {self.status}"
+
+
+class McpServer(models.Model):
+    """An MCP server an operator registered (policy.mcp_services). The spec holds secret *names*
+    only; ``AGENTCONSOLE_MCP_SECRETS`` holds their values."""
+
+    name = models.CharField(max_length=32, unique=True)
+    transport = models.CharField(max_length=8, choices=[("stdio", "stdio"), ("http", "http")])
+    # The validated McpServerSpec as JSON (command/args/env_secrets or url/header_secrets).
+    spec = models.JSONField()
+    enabled = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    listed_at = models.DateTimeField(null=True, blank=True)
+    # Bumped by every change to the server or its tools: the registry's cache key (wiring).
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(transport__in=["stdio", "http"]), name="mcp_server_transport_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.transport})"
+
+
+class McpTool(models.Model):
+    """One tool of a server: what it listed last, and what an operator accepted (the pin)."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=64)
+    # The last tools/list entry seen, and its pin; null/empty once the server stops listing it.
+    listing = models.JSONField(null=True, blank=True)
+    listed_pin = models.CharField(max_length=64, blank=True, default="")
+    # What the operator accepted: the entry, its pin and the policy (McpToolPolicy as JSON).
+    accepted_listing = models.JSONField(null=True, blank=True)
+    accepted_pin = models.CharField(max_length=64, blank=True, default="")
+    pin_scheme = models.CharField(max_length=8, default=HASH_SCHEME)
+    policy = models.JSONField(null=True, blank=True)
+    # The contract's version: +1 each time a different listing is accepted, so a confirmation
+    # or an idempotency token of the old tool never covers the new one.
+    revision = models.PositiveIntegerField(default=0)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    accepted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["server_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["server", "name"], name="mcp_tool_unique_name"),
+            # Accepted means all three at once: the entry, its pin and a policy.
+            models.CheckConstraint(
+                condition=(
+                    Q(accepted_pin="", accepted_listing__isnull=True, policy__isnull=True)
+                    | (
+                        ~Q(accepted_pin="")
+                        & Q(accepted_listing__isnull=False, policy__isnull=False)
+                    )
+                ),
+                name="mcp_tool_accepted_whole",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}/{self.name}"

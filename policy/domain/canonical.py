@@ -211,3 +211,16 @@ def idempotency_token(run_id: str, proposal_id: str, tool_version: str, args_has
 def pretty_json(value: Any) -> str:
     """Indented JSON for reading (keys sorted, non-ASCII kept); never hashed."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+MCP_PIN_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+
+def mcp_tool_pin(listing: Any, scheme: str = HASH_SCHEME) -> str:
+    """What an operator accepts of an MCP tool (``policy.domain.mcp``): the hash of the fields
+    of its ``tools/list`` entry that change what the tool is or how it is described to a
+    planner. An absent field and ``null`` pin alike (servers differ in which they send)."""
+    fields = listing if isinstance(listing, dict) else {}
+    return content_hash(
+        {"mcpTool": {k: fields[k] for k in MCP_PIN_FIELDS if fields.get(k) is not None}}, scheme
+    )

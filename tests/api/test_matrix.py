@@ -100,6 +100,11 @@ ALICES_MEMORY = row(ANON, OK, NOT_OWNED, NOT_OWNED, NOT_OWNED, OK)
 STAFF_READ = row(ANON, DENIED, DENIED, OK, OK, OK)
 REVIEWERS = row(ANON, DENIED, DENIED, DENIED, OK, OK)
 
+
+def OPERATORS(answer: Expect) -> dict[str, Expect]:  # reads as the rows above
+    return row(ANON, DENIED, DENIED, answer, DENIED, answer)
+
+
 PLANNER = {"kind": "fixture", "outputs": [{"kind": "final", "answer": "done"}]}
 GRANT = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 3}
 
@@ -254,6 +259,37 @@ ROUTES = [
         ALICES_MEMORY,
         needs=("memory",),
     ),
+    # The MCP catalog: operators only (tests/mcp has the servers; here no process starts).
+    Route("GET mcp servers", lambda p, w: p.get("/api/mcp/servers/"), OPERATORS(OK)),
+    Route(
+        "POST mcp servers (a command not allowed)",
+        lambda p, w: p.post(
+            "/api/mcp/servers/", {"name": "x", "transport": "stdio", "command": "/bin/sh"}
+        ),
+        OPERATORS((400, "MCP_COMMAND_NOT_ALLOWED")),
+    ),
+    Route("GET mcp server", lambda p, w: p.get("/api/mcp/servers/nope/"), OPERATORS(HIDDEN)),
+    Route(
+        "POST mcp server refresh",
+        lambda p, w: p.post("/api/mcp/servers/nope/refresh/"),
+        OPERATORS(HIDDEN),
+    ),
+    Route(
+        "POST mcp server enabled",
+        lambda p, w: p.post("/api/mcp/servers/nope/enabled/", {"enabled": False}),
+        OPERATORS(HIDDEN),
+    ),
+    Route(
+        "POST mcp tool accept",
+        lambda p, w: p.post(
+            "/api/mcp/servers/nope/tools/t/accept/",
+            {
+                "listed_pin": "0" * 64,
+                "policy": {"capability": "a:b", "side_effect": "read", "confirmation": "never"},
+            },
+        ),
+        OPERATORS(HIDDEN),
+    ),
 ]
 
 CASES = [
@@ -288,7 +324,8 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-confirmation-decline", "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",
         "api-pref-apply", "api-pref-history", "api-pref-export", "api-pref-erase",
-        "api-pref-revoke", "api-profiles",
+        "api-pref-revoke", "api-profiles", "api-mcp-servers", "api-mcp-server",
+        "api-mcp-server-refresh", "api-mcp-server-enabled", "api-mcp-tool-accept",
     }  # fmt: skip
     # The catch-all that answers unmatched /api/ paths in JSON (tested in test_errors.py).
     assert names - {"api-not-found"} == covered

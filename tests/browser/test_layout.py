@@ -48,6 +48,7 @@ PAGES: list[tuple[str, str, str | Callable[[Console], str]]] = [
     ("preferences", "alice", "/preferences/"),
     ("memory-admin", "operator", "/memory/?subject=alice"),
     ("profiles", "operator", "/profiles/"),
+    ("mcp-tools", "operator", "/tools/"),
 ]
 
 

@@ -26,6 +26,7 @@ def test_broken_contract_makes_the_registry_improperly_configured(tools_setting,
         wiring.registry()
 
 
+@pytest.mark.django_db  # the registry reads the MCP catalog's stamp
 def test_the_fixed_contract_starts(tools_setting):
     tools_setting("good")
     assert "broken" in {c.name for c in wiring.registry()}

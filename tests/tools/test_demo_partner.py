@@ -38,6 +38,7 @@ def _names(registry: ToolRegistry) -> set[str]:
     return {c.name for c in registry}
 
 
+@pytest.mark.django_db  # the registry reads the MCP catalog's stamp
 def test_registered_only_with_debug_on(registry: Any) -> None:
     assert demo_partner.NAME not in _names(registry(False))
     assert demo_partner.NAME in _names(registry(True))

@@ -24,6 +24,7 @@ def plugin_registry(settings):
     wiring.registry.cache_clear()
 
 
+@pytest.mark.django_db  # the registry reads the MCP catalog's stamp
 def test_plugin_tool_is_registered_beside_the_builtins(plugin_registry):
     names = sorted(c.name for c in plugin_registry)
     assert names == ["save_preference", "search_public", "word_count", "write_artifact"]

@@ -1,0 +1,254 @@
+"""The MCP client adapter, on the official ``mcp`` SDK: list a server's tools, call one.
+
+Plain Python (no Django). The SDK is async; the executor runs a tool in a thread of its own,
+so each call here runs its own event loop (``anyio.run``) in that thread, with one session
+per call: a stdio server is a process started for the call and stopped after it, an HTTP
+server gets one streamable-HTTP session. No connection outlives a call, so no state is shared
+between workers or threads.
+
+Errors are classified by where the call got to (``call_tool``): until the ``tools/call``
+request is sent nothing can have happened, after it anything may have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TextIO, cast
+
+import anyio
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.types import RequestParamsMeta
+
+from policy.domain.contracts import CancelSignal, ToolContext
+from policy.domain.mcp import (
+    IDEMPOTENCY_META_KEY,
+    TRACE_HEADERS,
+    McpError,
+    McpServerSpec,
+    result_outcome,
+)
+from policy.domain.mcp import (
+    pin as listing_pin,
+)
+from policy.domain.outcomes import ToolOutcome
+
+log = logging.getLogger(__name__)
+
+# How often a running call looks at the executor's cancel signal (a threading.Event).
+_CANCEL_POLL_S = 0.02
+
+
+class McpUnavailable(McpError):
+    code = "MCP_SERVER_UNAVAILABLE"
+    # 424 Failed Dependency: the request was fine, the server it names did not answer.
+    http_status = 424
+
+
+class SecretMissing(McpError):
+    code = "MCP_SECRET_MISSING"
+
+
+def _secret_values(names: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
+    missing = sorted(n for n in names.values() if n not in secrets)
+    if missing:
+        # The names are configuration, never the values: safe to say.
+        raise SecretMissing(f"secrets not configured: {', '.join(missing)}", names=missing)
+    return {key: secrets[name] for key, name in names.items()}
+
+
+def _client(
+    server: McpServerSpec,
+    secrets: Mapping[str, str],
+    trace_headers: Mapping[str, str],
+    timeout_s: float,
+    errlog: TextIO,
+) -> tuple[Client, httpx2.AsyncClient | None]:
+    if server.transport == "stdio":
+        params = StdioServerParameters(
+            command=server.command or "",  # never empty: the spec's validator
+            args=list(server.args),
+            # The SDK starts from a minimal environment (PATH, HOME, ...), not ours: a server
+            # gets the secrets it was given and none of this process's.
+            env=_secret_values(server.env_secrets, secrets),
+        )
+        return Client(stdio_client(params, errlog=errlog), read_timeout_seconds=timeout_s), None
+    headers = _secret_values(server.header_secrets, secrets)
+    headers.update({k: v for k, v in trace_headers.items() if k.lower() in TRACE_HEADERS})
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s, read=timeout_s))
+    transport = streamable_http_client(server.url or "", http_client=http)
+    return Client(transport, read_timeout_seconds=timeout_s, cache=None), http
+
+
+def _devnull() -> TextIO:
+    # A stdio server's stderr is not ours to log: it may echo the secrets it was given.
+    return open(os.devnull, "w")
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def list_tools(
+    server: McpServerSpec, *, secrets: Mapping[str, str], timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
+    """The server's ``tools/list`` entries as JSON (every page). Raises ``McpUnavailable``."""
+
+    async def run() -> list[dict[str, Any]]:
+        client, http = _client(server, secrets, {}, timeout_s, errlog)
+        try:
+            with anyio.fail_after(timeout_s):
+                async with client:
+                    return await _all_tools(client)
+        finally:
+            if http is not None:
+                await http.aclose()
+
+    try:
+        with _devnull() as errlog:
+            return anyio.run(run)
+    except McpError:
+        raise
+    except Exception as exc:  # the SDK and the transports raise many kinds; one answer
+        log.warning("mcp server %s: listing failed: %s", server.name, type(exc).__name__)
+        raise McpUnavailable(
+            f"could not list the tools of {server.name}: {type(exc).__name__}", server=server.name
+        ) from None
+
+
+async def _all_tools(client: Client) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(100):  # a server that pages forever is cut off
+        # cache_mode="refresh": the pin is checked against what the server says now.
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        tools.extend(_dump(t) for t in page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+@dataclass
+class _Call:
+    """One ``tools/call`` in its own session; ``sent`` says whether the request went out."""
+
+    server: McpServerSpec
+    tool: str
+    arguments: dict[str, Any]
+    ctx: ToolContext
+    pin: str
+    timeout_s: float
+    errlog: TextIO
+    sent: bool = False
+
+    async def run(self) -> ToolOutcome:
+        ctx = self.ctx
+        client, http = _client(self.server, ctx.secrets, ctx.trace_headers, self.timeout_s,
+                               self.errlog)  # fmt: skip
+        try:
+            async with client:
+                listed = {t.get("name"): t for t in await _all_tools(client)}
+                current = listed.get(self.tool)
+                if current is None:
+                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "the server no longer lists it")
+                if listing_pin(current) != self.pin:
+                    return ToolOutcome.rejected("MCP_TOOL_CHANGED", "re-accept the tool")
+                if ctx.cancel.cancelled:
+                    return ToolOutcome.failed(
+                        "CANCELLED", "cancelled before the call", retryable=False
+                    )
+                self.sent = True
+                try:
+                    result = await client.call_tool(
+                        self.tool,
+                        self.arguments,
+                        read_timeout_seconds=self.timeout_s,
+                        meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
+                    )
+                except MCPError as exc:
+                    # A JSON-RPC error answer (unknown tool, invalid params): the server
+                    # refused the request; the tool did not run.
+                    log.info("mcp %s/%s: error %s", self.server.name, self.tool, exc.error.code)
+                    return ToolOutcome.rejected(
+                        "MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}"
+                    )
+                return result_outcome(_dump(result))
+        finally:
+            if http is not None:
+                await http.aclose()
+
+    async def bounded(self) -> ToolOutcome | None:
+        """``run`` until it answers, the cancel signal is set or the timeout passes (None)."""
+        outcome: list[ToolOutcome] = []
+        with anyio.move_on_after(self.timeout_s):
+            async with anyio.create_task_group() as group:
+
+                async def work() -> None:
+                    outcome.append(await self.run())
+                    group.cancel_scope.cancel()
+
+                group.start_soon(_watch, self.ctx.cancel, group)
+                group.start_soon(work)
+        return outcome[0] if outcome else None
+
+
+def call_tool(
+    server: McpServerSpec,
+    *,
+    tool: str,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    pin: str,
+    read_only: bool,
+    timeout_ms: int,
+) -> ToolOutcome:
+    """Call ``tool`` if the server still lists it as accepted (``pin``); see ``McpCall``.
+
+    1. Connect and list the tools (one session): the pin is checked against what this very
+       server instance says now, not against a cache. Changed or gone: rejected, not called.
+    2. Send ``tools/call`` with the token in ``_meta``; from here on a timeout, a cancel or a
+       broken connection may have left an effect: ``unknown`` for a write.
+    3. Map the result (``result_outcome``): untrusted content, or ``MCP_TOOL_ERROR``.
+    """
+    try:
+        # Checked here, not in the session: inside the SDK's task groups it would arrive
+        # wrapped in an exception group.
+        _secret_values({**server.env_secrets, **server.header_secrets}, ctx.secrets)
+    except SecretMissing:
+        return ToolOutcome.failed("MCP_SECRET_MISSING", "a secret of the server is not set",
+                                  retryable=False)  # fmt: skip
+    with _devnull() as errlog:
+        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog)
+        try:
+            outcome = anyio.run(call.bounded)
+        except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
+            log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, call.sent)
+            return _interrupted(sent=call.sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")
+    if outcome is not None:
+        return outcome
+    code = "CANCELLED" if ctx.cancel.cancelled else "TOOL_TIMEOUT"
+    if not call.sent and code == "CANCELLED":
+        return ToolOutcome.failed(code, "cancelled before the call", retryable=False)
+    return _interrupted(sent=call.sent, read_only=read_only, code=code)
+
+
+async def _watch(cancel: CancelSignal, group: Any) -> None:
+    while not cancel.cancelled:
+        await anyio.sleep(_CANCEL_POLL_S)
+    group.cancel_scope.cancel()
+
+
+def _interrupted(*, sent: bool, read_only: bool, code: str) -> ToolOutcome:
+    if not sent:
+        return ToolOutcome.failed(code, "the request was not sent", retryable=True)
+    if read_only:
+        # The request may have reached the tool; a read has no effect to be unsure about.
+        return ToolOutcome.failed(code, "interrupted during a read", retryable=True)
+    return ToolOutcome.unknown(code, "the request was sent; its effect is unknown")

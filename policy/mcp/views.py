@@ -1,0 +1,80 @@
+"""Console page of the MCP catalog (operators): servers, their tools with pinned/changed state,
+and an Accept form per tool. Thin: the same selector and service as the API; anyone who is not
+an operator gets a 404 (the page's existence is not disclosed)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import URLPattern, path
+from django.views.decorators.http import require_GET, require_POST
+
+from policy.domain.contracts import ConfirmationMode, SideEffect
+from policy.domain.errors import DomainError, NotFound
+from policy.domain.mcp import MAX_TIMEOUT_MS
+from policy.mcp import selectors, services
+from policy.pages import page_error, pretty_json, role_required
+from policy.roles import is_operator
+from policy.status import domain_status
+
+PAGE = "console/tools/list.html"
+
+
+class AcceptForm(forms.Form):
+    listed_pin = forms.RegexField(r"^[0-9a-f]{64}$")
+    capability = forms.CharField(max_length=65)
+    side_effect = forms.ChoiceField(choices=[(e.value, e.value) for e in SideEffect])
+    confirmation = forms.ChoiceField(choices=[(c.value, c.value) for c in ConfirmationMode])
+    timeout_ms = forms.IntegerField(min_value=100, max_value=MAX_TIMEOUT_MS, initial=10_000)
+
+
+def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResponse:
+    status = domain_status(error) if error is not None else 200
+    servers = selectors.mcp_servers()
+    for server in servers:
+        for tool in server["tools"]:
+            # What the operator accepts, in full: the listing and the schema the gate will use.
+            tool["listing_json"] = pretty_json(tool["listing"]) if tool["listing"] else ""
+            tool["schema_json"] = pretty_json(tool["input_schema"]) if tool["input_schema"] else ""
+    context = {
+        "servers": servers,
+        "error": error,
+        "side_effects": [e.value for e in SideEffect],
+        "confirmations": [c.value for c in ConfirmationMode],
+    }
+    return render(request, PAGE, context, status=status)
+
+
+@require_GET
+@role_required(is_operator)
+def tools(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@require_POST
+@role_required(is_operator)
+def accept(request: HttpRequest, server: str, tool: str) -> HttpResponse:
+    form = AcceptForm(request.POST)
+    if not form.is_valid():
+        field = next(iter(form.errors))
+        return page_error(request, "MCP_POLICY_INVALID", f"The form is not valid ({field}).", 400)
+    data = dict(form.cleaned_data)
+    shown_pin = data.pop("listed_pin")
+    try:
+        row = services.mcp_tool_accept(
+            server=server, tool=tool, policy=data, shown_pin=shown_pin, by=request.user
+        )
+    except NotFound as exc:
+        return page_error(request, exc)
+    except DomainError as exc:
+        return _page(request, error=exc)
+    messages.success(request, f"Accepted {server}/{tool} as version {row.revision}.")
+    return redirect("mcp-tools")
+
+
+urlpatterns: list[URLPattern] = [
+    path("tools/", tools, name="mcp-tools"),
+    path("tools/<str:server>/<str:tool>/accept/", accept, name="mcp-tool-accept"),
+]

@@ -1,0 +1,109 @@
+"""The MCP test servers (``notes_server.py``, official SDK) as the tests start them: over stdio
+(a process per call, started by the client) and over streamable HTTP (one server process on
+127.0.0.1 and a free port, started and stopped by the fixture)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVER = Path(__file__).resolve().parent / "notes_server.py"
+TOKEN = "notes-canary-7f3a9c"  # the server's secret: must never show in a run record
+
+# Timeouts are generous bounds: a stdio call starts a Python process that imports the SDK, on a
+# machine that may be busy; no test here claims a speed.
+TIMEOUT_MS = 120_000
+READ_POLICY = {
+    "capability": "notes:read",
+    "side_effect": "read",
+    "confirmation": "never",
+    "timeout_ms": TIMEOUT_MS,
+}
+# The operator calls post_note an idempotent write that needs no confirmation; the server's
+# destructiveHint makes it irreversible and confirmed per call (annotations only tighten).
+WRITE_POLICY = {
+    "capability": "notes:write",
+    "side_effect": "idempotent-write",
+    "confirmation": "never",
+    "timeout_ms": TIMEOUT_MS,
+}
+
+
+@dataclass
+class NotesServer:
+    spec: dict[str, Any]
+    log: Path
+    variant: Path
+
+    def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return [r for r in rows if tool is None or r["tool"] == tool]
+
+
+def stdio_server(tmp: Path, name: str = "notes") -> NotesServer:
+    log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
+    spec = {
+        "name": name,
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [str(SERVER), "--log", str(log), "--variant", str(variant)],
+        "env_secrets": {"NOTES_TOKEN": "NOTES_TOKEN"},
+    }
+    return NotesServer(spec, log, variant)
+
+
+def _free_port() -> int:
+    # The port is free when asked; another process could take it before the server binds
+    # (then the server fails to start and the fixture says so).
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the MCP HTTP server exited at start")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)  # waiting for a real process to listen, not for time to pass
+    raise RuntimeError("the MCP HTTP server did not listen in time")
+
+
+def http_server(tmp: Path, name: str = "notesweb") -> Iterator[NotesServer]:
+    log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "--log", str(log), "--variant", str(variant),
+         "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_listening(port, proc)
+        spec = {
+            "name": name,
+            "transport": "http",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "header_secrets": {"Authorization": "NOTES_TOKEN"},
+        }
+        yield NotesServer(spec, log, variant)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
