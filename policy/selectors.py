@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +15,7 @@ from policy.domain.canonical import (
     pretty_json,
     proposal_hash_from_canonical,
 )
+from policy.domain.approvers import PriorApproval
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
@@ -22,7 +23,7 @@ from policy.domain.observations import TrustLabel
 from policy.domain.redaction import shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
+from policy.models import ConfirmationApproval, Grant
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
 FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
@@ -71,6 +72,20 @@ def confirmation_get(*, confirmation_id: str | None) -> ConfirmationRow:
     if row is None:
         raise NotFound("no such confirmation", confirmation_id=confirmation_id)
     return row
+
+
+def confirmation_approvals(*, confirmation_id: str) -> list[ConfirmationApproval]:
+    """The approvals recorded for a confirmation, in the order they were given."""
+    return list(ConfirmationApproval.objects.filter(confirmation_id=confirmation_id))
+
+
+def prior_approvals(approvals: Iterable[ConfirmationApproval]) -> list[PriorApproval]:
+    """The facts of recorded approvals the approver rule reads."""
+    return [
+        PriorApproval(user_id=a.user_id or f"name:{a.username}", name=a.username,
+                      independent=a.independent)
+        for a in approvals
+    ]
 
 
 def grants_export(*, run_id: str) -> list[dict[str, Any]]:

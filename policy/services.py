@@ -15,11 +15,12 @@ from typing import Any
 from django.db.models import F, Q
 from django.utils import timezone
 
+from policy.domain.approvers import DEFAULT_RULE
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
+from policy.models import ConfirmationApproval, Grant
 
 
 class ConfirmationMismatch(DomainError):
@@ -35,13 +36,21 @@ class ConfirmationNotPending(DomainError):
 PROPOSAL_CHANGED = "This proposal changed since the page loaded; review it again."
 
 
-def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
+def confirmation_for_decision(
+    *, confirmation_id: str, shown_hash: str, lock: bool = False
+) -> ConfirmationRow:
     """The pending confirmation a person decides, if it is still the one they were shown.
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
-    the decision is refused (a stale click can never approve a different proposal).
+    the decision is refused (a stale click can never approve a different proposal). ``lock``
+    (inside the caller's transaction) takes the row lock first: two people deciding the same
+    item are served one after the other, the second reading what the first wrote (PostgreSQL;
+    SQLite has no row locks, the run's compare-and-set catches the second there).
     """
-    row = ConfirmationRow.objects.select_related("decided_by").filter(pk=confirmation_id).first()
+    rows = ConfirmationRow.objects.select_related("decided_by")
+    if lock:
+        rows = ConfirmationRow.objects.select_for_update(of=("self",))
+    row = rows.filter(pk=confirmation_id).first()
     if row is None:
         raise NotFound("no such confirmation", confirmation_id=confirmation_id)
     if row.proposal_hash != shown_hash:
@@ -141,8 +150,9 @@ def confirmation_request(
     proposal: dict[str, Any],
     expires_at_step: int,
     cites_untrusted: bool,
+    approvers: str = DEFAULT_RULE,
 ) -> None:
-    """A pending confirmation for a proposal the gate held for a person."""
+    """A pending confirmation for a proposal the gate held for a person, and who may decide it."""
     ConfirmationRow.objects.create(
         id=confirmation_id,
         run_id=run_id,
@@ -153,6 +163,7 @@ def confirmation_request(
         status=ConfirmationStatus.PENDING.value,
         expires_at_step=expires_at_step,
         cites_untrusted=cites_untrusted,
+        approvers=approvers,
     )
 
 
@@ -171,6 +182,20 @@ def confirmation_record_decision(
         decision_reason=reason,
     )
     return n == 1
+
+
+def confirmation_approval_record(
+    *, confirmation_id: str, user: Any, username: str, reason: str, independent: bool
+) -> None:
+    """One person's approval, named (the run store writes it in the commit of that approval).
+    A second approval by the same person breaks ``approval_one_per_person``: never two votes."""
+    ConfirmationApproval.objects.create(
+        confirmation_id=confirmation_id,
+        user=user,
+        username=username[:150],
+        reason=reason,
+        independent=independent,
+    )
 
 
 def confirmation_consume(*, run_id: str, confirmation_id: str) -> bool:

@@ -170,6 +170,9 @@ def evaluate(
             existing_confirmation_id=confirmation.confirmation_id,
             passed=tuple(passed),
             why=confirmation.why,
+            # The one place the effective approver rule is chosen: the contract's, until a
+            # deployment/profile tool policy overrides it here.
+            approvers=contract.approvers,
         )
     passed.append("confirmation")
 
