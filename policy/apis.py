@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
-from policy.domain.errors import NotFound
-from policy.http import StrictSerializer, validated
 from policy.domain.approvers import approvals_needed, approver_rule
 from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.errors import NotFound
+from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, ConfirmationApproval
 from policy.roles import is_operator, is_reviewer
 from runs import selectors as run_selectors

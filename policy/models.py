@@ -61,7 +61,9 @@ class Confirmation(models.Model):
     decision_reason = models.TextField(blank=True, default="")
     # Who may decide it (policy.domain.approvers), chosen by the gate when it was requested.
     approvers = models.CharField(
-        max_length=32, choices=[(r.value, r.value) for r in ApproverRule], default=DEFAULT_RULE
+        max_length=32,
+        choices=[(r.value, r.value) for r in ApproverRule],
+        default=DEFAULT_RULE.value,
     )
 
     class Meta:

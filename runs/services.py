@@ -12,8 +12,8 @@ from typing import Any
 
 from django.db import transaction
 
-from policy import services as policy_services
 from policy import selectors as policy_selectors
+from policy import services as policy_services
 from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
@@ -288,9 +288,7 @@ def confirmation_decide(
     raise policy_services.confirmation_refusal(confirmation_id=confirmation_id)
 
 
-def _decision_commit(
-    row: Any, state: RunState, *, approved: bool, by: Any, reason: str
-) -> Commit:
+def _decision_commit(row: Any, state: RunState, *, approved: bool, by: Any, reason: str) -> Commit:
     """The commit of this person's answer, after the approver rule allowed it."""
     rule = approver_rule(row.approvers)
     recorded = policy_selectors.confirmation_approvals(confirmation_id=row.pk)

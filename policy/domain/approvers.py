@@ -132,6 +132,13 @@ def _eligible(rule: ApproverRule, person: Person) -> bool:
     return person.own or person.is_operator  # owner_or_operator, and each of four_eyes
 
 
+def rules_allowing(*, is_operator: bool, own: bool) -> frozenset[ApproverRule]:
+    """The rules under which a person (an operator or not; the run theirs or not) may decide at
+    all: what the queue filters on in SQL, derived from the same rule as every decision."""
+    person = Person(user_id="", is_operator=is_operator, is_run_owner=own, is_run_subject=False)
+    return frozenset(r for r in ApproverRule if _eligible(r, person))
+
+
 def may_decline(rule: ApproverRule, person: Person) -> Verdict:
     if _eligible(rule, person):
         return Verdict(allowed=True)
@@ -154,24 +161,24 @@ def may_approve(
         return Verdict(
             allowed=False,
             code=AlreadyApprovedByYou.code,
-            message="You already approved this; it needs a different second approver.",
+            message="You already approved this; it waits for a second, different approver.",
         )
     count = len(approvals) + 1
     needed = approvals_needed(rule)
-    if count >= needed and rule is ApproverRule.FOUR_EYES:
-        if not (person.independent or any(a.independent for a in approvals)):
-            # Two people, neither independent (the owner and the subject, or an owner who is an
-            # operator): four eyes that all belong to the run are not a second opinion.
-            return Verdict(
-                allowed=False,
-                code=ApproverNotAllowed.code,
-                message="The second approver must be an operator who is not the run's owner.",
-            )
+    independent = person.independent or any(a.independent for a in approvals)
+    if rule is ApproverRule.FOUR_EYES and count >= needed and not independent:
+        # Two people, neither independent (the owner and the subject, or an owner who is an
+        # operator): four eyes that all belong to the run are not a second opinion.
+        return Verdict(
+            allowed=False,
+            code=ApproverNotAllowed.code,
+            message="The second approver must be an operator who is not the run's owner.",
+        )
     return Verdict(allowed=True, completes=count >= needed)
 
 
 def progress(rule: ApproverRule, approved_by: Sequence[str]) -> str:
-    """"needs two approvers: 1 of 2, approved by alice" (the queue and the API say this)."""
+    """ "needs two approvers: 1 of 2, approved by alice" (the queue and the API say this)."""
     needed = approvals_needed(rule)
     if needed == 1:
         return f"needs one approver: {who_decides(rule)}"
