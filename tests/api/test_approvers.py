@@ -171,7 +171,8 @@ def test_four_eyes_from_the_contract_to_the_resumed_run(
     (recorded,) = kit.events_of(waiting.run_id, "confirmation.approval-recorded")
     assert recorded.details["approved_by"] == ["alice"]
     assert recorded.details["needed"] == 2
-    assert enqueued == [] and publish_tool == []
+    assert enqueued == []
+    assert publish_tool == []
 
     # The same person again: 409, nothing changes.
     kit.assert_error(post(people.alice, waiting, "approve"), 409, ALREADY_APPROVED_BY_YOU)
@@ -191,7 +192,8 @@ def test_four_eyes_from_the_contract_to_the_resumed_run(
 
     # What the worker does with it, in-process: the tool runs once, the run completes.
     state = services.run_advance(run_id=waiting.run_id)
-    assert state is not None and state.status.value == "completed", state
+    assert state is not None
+    assert state.status.value == "completed", state
     assert publish_tool == [{"run_id": waiting.run_id, "text": "Maintenance tonight at 22:00"}]
 
     # A third person finds it decided, and who decided it.
