@@ -36,21 +36,13 @@ class ConfirmationNotPending(DomainError):
 PROPOSAL_CHANGED = "This proposal changed since the page loaded; review it again."
 
 
-def confirmation_for_decision(
-    *, confirmation_id: str, shown_hash: str, lock: bool = False
-) -> ConfirmationRow:
+def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
     """The pending confirmation a person decides, if it is still the one they were shown.
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
-    the decision is refused (a stale click can never approve a different proposal). ``lock``
-    (inside the caller's transaction) takes the row lock first: two people deciding the same
-    item are served one after the other, the second reading what the first wrote (PostgreSQL;
-    SQLite has no row locks, the run's compare-and-set catches the second there).
+    the decision is refused (a stale click can never approve a different proposal).
     """
-    rows = ConfirmationRow.objects.select_related("decided_by")
-    if lock:
-        rows = ConfirmationRow.objects.select_for_update(of=("self",))
-    row = rows.filter(pk=confirmation_id).first()
+    row = ConfirmationRow.objects.select_related("decided_by").filter(pk=confirmation_id).first()
     if row is None:
         raise NotFound("no such confirmation", confirmation_id=confirmation_id)
     if row.proposal_hash != shown_hash:

@@ -244,8 +244,8 @@ def confirmation_decide(
     enqueue: bool = False,
     ctx: RunsContext | None = None,
 ) -> RunState:
-    """A person approves or declines the pending confirmation they were shown. Takes the row
-    lock of the confirmation.
+    """A person approves or declines the pending confirmation they were shown. Takes the run's
+    row lock.
 
     1. ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
        the decision is refused (a stale click can never approve a different proposal).
@@ -257,10 +257,13 @@ def confirmation_decide(
        run keeps waiting; the last one (or a decline) is the run's transition, as before.
     ``reason`` (what the person wrote) goes into the trace event and onto the confirmation.
 
-    Two people deciding at once are serialized by the row lock (PostgreSQL): the second reads
-    the first one's approval or decision. Where there are no row locks (SQLite) the run's
-    compare-and-set lets one commit and the other looks again; a loser whose item is decided
-    meanwhile is told by whom (CONFIRMATION_NOT_PENDING).
+    Two people deciding at once are served one after the other: each takes the run's row lock
+    (PostgreSQL) and then reads the confirmation and its approvals again, so the second sees
+    the first one's approval or decision. The run row, not the confirmation's: every commit of
+    the run (a step, the deadline sweeper expiring this confirmation) writes the run row first,
+    and a lock taken in another order could deadlock with them. Where there are no row locks
+    (SQLite) the run's compare-and-set lets one commit and the other looks again; a loser whose
+    item was decided meanwhile is told by whom (CONFIRMATION_NOT_PENDING).
     """
     reason = redact_secrets(reason.strip())
     store = resolve(ctx).store()
@@ -268,7 +271,12 @@ def confirmation_decide(
         try:
             with transaction.atomic():
                 row = policy_services.confirmation_for_decision(
-                    confirmation_id=confirmation_id, shown_hash=shown_hash, lock=True
+                    confirmation_id=confirmation_id, shown_hash=shown_hash
+                )
+                owner_id = _lock_run(row.run_id)
+                # Read again under the lock: what an earlier holder wrote is visible now.
+                row = policy_services.confirmation_for_decision(
+                    confirmation_id=confirmation_id, shown_hash=shown_hash
                 )
                 state = store.load(row.run_id)
                 if (
@@ -276,7 +284,9 @@ def confirmation_decide(
                     or state.pending_confirmation_id != row.pk
                 ):
                     raise policy_services.confirmation_refusal(confirmation_id=row.pk)
-                commit = _decision_commit(row, state, approved=approved, by=by, reason=reason)
+                commit = _decision_commit(
+                    row, state, run_owner_id=owner_id, approved=approved, by=by, reason=reason
+                )
                 state = store.apply(commit, decided_by=user_or_none(by))
                 if enqueue and state.status is not Status.WAITING_CONFIRMATION:
                     _enqueue_on_commit(state.run_id)
@@ -288,17 +298,20 @@ def confirmation_decide(
     raise policy_services.confirmation_refusal(confirmation_id=confirmation_id)
 
 
-def _decision_commit(row: Any, state: RunState, *, approved: bool, by: Any, reason: str) -> Commit:
+def _lock_run(run_id: str) -> Any:
+    """Take the run's row lock (in the caller's transaction); the run's owner id."""
+    return Run.objects.select_for_update().filter(pk=run_id).values_list("owner_id", flat=True)[0]
+
+
+def _decision_commit(
+    row: Any, state: RunState, *, run_owner_id: Any, approved: bool, by: Any, reason: str
+) -> Commit:
     """The commit of this person's answer, after the approver rule allowed it."""
     rule = approver_rule(row.approvers)
     recorded = policy_selectors.confirmation_approvals(confirmation_id=row.pk)
     completes, independent = True, False
     if getattr(by, "pk", None) is not None:
-        person = approver_facts(
-            by,
-            run_owner_id=Run.objects.values_list("owner_id", flat=True).get(pk=row.run_id),
-            run_subject=state.subject,
-        )
+        person = approver_facts(by, run_owner_id=run_owner_id, run_subject=state.subject)
         priors = policy_selectors.prior_approvals(recorded)
         verdict = may_approve(rule, person, priors) if approved else may_decline(rule, person)
         verdict.raise_if_refused()
