@@ -28,6 +28,7 @@ from policy.domain.proposals import parse_planner_output
 from policy.domain.registry import ToolRegistry
 from runs.domain.commits import Commit
 from runs.domain.machine import Status
+from runs.domain.timeline import describe
 from tests.domain.toolkit import DEADLINE_MS, NOW_MS, Toolkit, grant, harness, run_view, tool
 
 OWNER_OR_OPERATOR, OWNER, OPERATOR, FOUR_EYES = (
@@ -188,3 +189,45 @@ def test_the_waiting_run_asks_with_the_contract_rule() -> None:
     assert h.advance().status is Status.WAITING_CONFIRMATION
     (request,) = [c.confirmation_request for c in commits if c.confirmation_request]
     assert request.approvers is FOUR_EYES
+
+
+# --- the audit on the run's timeline ------------------------------------------------------------
+
+
+def test_the_timeline_names_every_approver() -> None:
+    first = describe(
+        {
+            "sequence": 7,
+            "event": "confirmation.approval-recorded",
+            "details": {"by": "alice", "needed": 2, "approved_by": ["alice"]},
+        }
+    )
+    assert first.summary == "Approval 1 of 2 by alice: waiting for a second approver"
+    decided = describe(
+        {
+            "sequence": 8,
+            "event": "confirmation.decided",
+            "details": {
+                "decision": "approved",
+                "by": "operator",
+                "approved_by": ["alice", "operator"],
+            },
+        }
+    )
+    assert decided.summary == "Confirmation approved by operator (approved by alice, operator)"
+    declined = describe(
+        {
+            "sequence": 8,
+            "event": "confirmation.decided",
+            "details": {"decision": "declined", "by": "bob", "approved_by": ["alice"]},
+        }
+    )
+    assert declined.summary == "Confirmation declined by bob (approved by alice)"
+    alone = describe(
+        {
+            "sequence": 8,
+            "event": "confirmation.decided",
+            "details": {"decision": "approved", "by": "operator", "approved_by": ["operator"]},
+        }
+    )
+    assert alone.summary == "Confirmation approved by operator"
