@@ -274,3 +274,17 @@ def test_the_pending_list_shows_the_rule_and_the_approvals_so_far(people: kit.Pe
     (row,) = kit.assert_ok(people.alice.get("/api/confirmations/"))
     assert (row["approvers"], row["approvals_needed"]) == ("four_eyes", 2)
     assert [(a["by"], a["reason"]) for a in row["approvals"]] == [("operator", "ok")]
+
+
+def test_a_long_reason_is_kept_whole_on_the_row_and_summarized_in_the_trace(
+    people: kit.People,
+) -> None:
+    waiting = kit.waiting_run(people.alice.user)
+    reason = "because " * 120  # 960 characters: within the form's 1,000, over a trace detail
+    kit.assert_ok(post(people.operator, waiting, "approve", reason=reason))
+    row = kit.confirmation_row(waiting.confirmation_id)
+    assert row.decision_reason == reason.strip()
+    assert row.approvals.get().reason == reason.strip()
+    (decided,) = kit.events_of(waiting.run_id, "confirmation.decided")
+    assert decided.details["reason"] == reason.strip()[:256]
+    assert decided.details["approval_reasons"] == [reason.strip()[:256]]
