@@ -48,7 +48,7 @@ from runs.leases import watch_tool
 from runs.limits import step_quota
 from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner
 from runs.store import OrmRunStore
-from runs.tools import artifacts, demo_partner, search
+from runs.tools import artifacts, demo_notice, demo_partner, search
 
 
 def _contracts_from(obj: Any, path: str) -> list[ToolContract]:
@@ -87,7 +87,7 @@ def builtin_contracts() -> list[ToolContract]:
 
 def demo_contracts() -> list[ToolContract]:
     """Tools the demo needs and production must not have: only with DEBUG on."""
-    return [demo_partner.contract()] if settings.DEBUG else []
+    return [demo_partner.contract(), demo_notice.contract()] if settings.DEBUG else []
 
 
 def extra_contracts(paths: Iterable[str]) -> list[ToolContract]:

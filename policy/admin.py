@@ -12,8 +12,10 @@ class GrantAdmin(ReadOnlyAdmin):
 
 @admin.register(m.Confirmation)
 class ConfirmationAdmin(ReadOnlyAdmin):
-    list_display = ("id", "tool_name", "status", "proposal_hash", "requested_at", "decided_by")
-    list_filter = ("status",)
+    list_display = (
+        "id", "tool_name", "status", "approvers", "proposal_hash", "requested_at", "decided_by",
+    )  # fmt: skip
+    list_filter = ("status", "approvers")
     # The fields a tool contract marks as redacted are masked, as in the trace (issue 9 item 12).
     exclude = ("proposal",)
     readonly_fields = ("proposal_shown",)
@@ -21,3 +23,9 @@ class ConfirmationAdmin(ReadOnlyAdmin):
     @admin.display(description="proposal")
     def proposal_shown(self, obj: m.Confirmation) -> str:
         return pretty(masked_proposal(obj.proposal, registry=wiring.registry()))
+
+
+@admin.register(m.ConfirmationApproval)
+class ConfirmationApprovalAdmin(ReadOnlyAdmin):
+    # Every approver of every confirmation (the audit of four eyes), never edited by hand.
+    list_display = ("confirmation", "username", "independent", "approved_at")

@@ -17,9 +17,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from policy.domain.approvers import approvals_needed, approver_rule
+from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
-from policy.models import Confirmation
+from policy.models import Confirmation, ConfirmationApproval
 from policy.roles import is_operator, is_reviewer
 from runs import selectors as run_selectors
 from runs import services as run_services
@@ -28,10 +30,21 @@ from runs.domain.lifecycle import MAX_DECISION_REASON
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
 
 
+class ApprovalOut(serializers.ModelSerializer):
+    by = serializers.CharField(source="username")
+
+    class Meta:
+        model = ConfirmationApproval
+        fields = ["by", "reason", "approved_at"]
+
+
 class ConfirmationOut(serializers.ModelSerializer):
     confirmation_id = serializers.CharField(source="id")
     run_id = serializers.CharField()
     decided_by = serializers.CharField(source="decided_by.username", default=None)
+    # Who may decide it, how many approvals it needs, and every approval given so far.
+    approvals = ApprovalOut(many=True, read_only=True)
+    approvals_needed = serializers.SerializerMethodField()
 
     class Meta:
         model = Confirmation
@@ -39,11 +52,15 @@ class ConfirmationOut(serializers.ModelSerializer):
             "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
             "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
             "requested_at", "decided_at", "decided_by", "decision_reason",
+            "approvers", "approvals_needed", "approvals",
         ]  # fmt: skip
+
+    def get_approvals_needed(self, row: Confirmation) -> int:
+        return approvals_needed(approver_rule(row.approvers))
 
 
 def _confirmations_visible(user: Any) -> Any:
-    qs = Confirmation.objects.select_related("decided_by")
+    qs = Confirmation.objects.select_related("decided_by").prefetch_related("approvals")
     if is_operator(user) or is_reviewer(user):
         return qs
     # The same rule as the runs they belong to (runs.selectors.runs_visible).
@@ -80,7 +97,8 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
     c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
     if c is None:
         raise NotFound("no such confirmation")
-    # Operators decide; a user may decide for their own run (it is their confirmation).
+    # Nobody but an operator or the run's own person ever decides (a reviewer: 403); the
+    # confirmation's approver rule then narrows that (APPROVER_NOT_ALLOWED, in the service).
     if not run_selectors.may_act_on_run(user=request.user, run=c.run):
         raise PermissionDenied("only operators or the run's owner decide confirmations")
     data = validated(DecisionIn, request.data)
@@ -93,12 +111,15 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
         enqueue=True,
         ctx=wiring.context(),
     )
-    c.refresh_from_db()
+    c = _confirmations_visible(request.user).get(pk=c.pk)
+    if approved and c.status == ConfirmationStatus.PENDING.value:
+        # One approval of two (four eyes): recorded, the run still waits for another person.
+        return Response(ConfirmationOut(c).data, status=202)
     return Response(ConfirmationOut(c).data)
 
 
 class ConfirmationApprove(APIView):
-    @extend_schema(request=DecisionIn, responses=ConfirmationOut)
+    @extend_schema(request=DecisionIn, responses={200: ConfirmationOut, 202: ConfirmationOut})
     def post(self, request: Request, confirmation_id: str) -> Response:
         return _decide(request, confirmation_id, approved=True)
 

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from policy.domain.approvers import DEFAULT_RULE, ApproverRule
 from policy.domain.canonical import HASH_SCHEME
 from policy.domain.confirmations import ConfirmationStatus
 
@@ -58,6 +59,12 @@ class Confirmation(models.Model):
     )
     # What the person wrote with their decision (console and API; secrets masked).
     decision_reason = models.TextField(blank=True, default="")
+    # Who may decide it (policy.domain.approvers), chosen by the gate when it was requested.
+    approvers = models.CharField(
+        max_length=32,
+        choices=[(r.value, r.value) for r in ApproverRule],
+        default=DEFAULT_RULE.value,
+    )
 
     class Meta:
         ordering = ["-requested_at"]
@@ -65,6 +72,10 @@ class Confirmation(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in ConfirmationStatus]),
                 name="confirmation_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(approvers__in=[r.value for r in ApproverRule]),
+                name="confirmation_approvers_valid",
             ),
             # The runtime asks at most once per proposal hash at a time: a second open request
             # for the same hash would let two clicks authorize one proposal twice.
@@ -152,3 +163,37 @@ class McpTool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.server_id}/{self.name}"
+
+
+class ConfirmationApproval(models.Model):
+    """One person's approval of a confirmation: every approver is named (issue 12 item 3), the
+    one of a one-approver rule as each of a four-eyes pair. Written only by
+    ``policy.services.confirmation_approval_record``, in the run's commit."""
+
+    confirmation = models.ForeignKey(
+        Confirmation, on_delete=models.CASCADE, related_name="approvals"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # The name as recorded in the trace (kept if the user row goes).
+    username = models.CharField(max_length=150)
+    reason = models.TextField(blank=True, default="")
+    # An operator with no stake in the run when they approved: what four eyes needs one of.
+    independent = models.BooleanField(default=False)
+    approved_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["approved_at", "id"]
+        constraints = [
+            # Four eyes are two people: one person approving twice is refused by the service
+            # (ALREADY_APPROVED_BY_YOU) and, if a race got past it, by the database.
+            models.UniqueConstraint(
+                fields=["confirmation", "user"],
+                condition=Q(user__isnull=False),
+                name="approval_one_per_person",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.confirmation_id} approved by {self.username}"

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Q
 
+from policy.domain.approvers import (
+    ApproverRule,
+    PriorApproval,
+    approvals_needed,
+    approver_rule,
+    may_approve,
+    progress,
+    rules_allowing,
+)
 from policy.domain.canonical import (
     canonical,
     per_run_confirmation_hash,
@@ -22,7 +31,8 @@ from policy.domain.observations import TrustLabel
 from policy.domain.redaction import shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
+from policy.models import ConfirmationApproval, Grant
+from policy.roles import approver_facts, is_operator
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
 FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
@@ -71,6 +81,21 @@ def confirmation_get(*, confirmation_id: str | None) -> ConfirmationRow:
     if row is None:
         raise NotFound("no such confirmation", confirmation_id=confirmation_id)
     return row
+
+
+def confirmation_approvals(*, confirmation_id: str) -> list[ConfirmationApproval]:
+    """The approvals recorded for a confirmation, in the order they were given."""
+    return list(ConfirmationApproval.objects.filter(confirmation_id=confirmation_id))
+
+
+def prior_approvals(approvals: Iterable[ConfirmationApproval]) -> list[PriorApproval]:
+    """The facts of recorded approvals the approver rule reads."""
+    return [
+        PriorApproval(
+            user_id=a.user_id or f"name:{a.username}", name=a.username, independent=a.independent
+        )
+        for a in approvals
+    ]
 
 
 def grants_export(*, run_id: str) -> list[dict[str, Any]]:
@@ -156,6 +181,14 @@ class QueueItem:
     binding: str
     sources: tuple[CitedSource, ...]
     derived_from_untrusted: bool
+    # Who may decide it (policy.domain.approvers) and where it stands: "needs two approvers:
+    # 1 of 2, approved by alice". ``approve_refusal`` says why the viewer may decline but not
+    # approve (they approved already, or the second approver must be an independent operator).
+    approvers: str
+    approvals_needed: int
+    approved_by: tuple[str, ...]
+    progress: str
+    approve_refusal: str
 
 
 @dataclass(frozen=True)
@@ -165,27 +198,64 @@ class Queue:
 
 
 def confirmation_queue(
-    *, registry: ToolRegistry, observations: CitedObservations, limit: int = QUEUE_LIMIT
+    *,
+    viewer: Any,
+    registry: ToolRegistry,
+    observations: CitedObservations,
+    limit: int = QUEUE_LIMIT,
 ) -> Queue:
-    """Pending confirmations, oldest first, with what an operator needs to decide each: the
-    tool's contract facts, the arguments as shown, the run's goal and subject, and provenance.
+    """Pending confirmations ``viewer`` may decide, oldest first, with what is needed to decide
+    each: the tool's contract facts, the arguments as shown, the run's goal and subject,
+    provenance, and the approver rule with the approvals so far.
+
+    Each item is shown only to those its approver rule lets decide it: the filter is SQL built
+    from ``rules_allowing`` (so ``total`` counts what this viewer may decide). A four-eyes item
+    the viewer already approved stays listed, as waiting for a second approver, without an
+    Approve button (they may still decline it).
 
     A fixed number of queries whatever the queue's length: the confirmations with their run's
-    goal and subject (one join), the cited observations of all of them (one query), and a
+    goal, subject and owner (one join), the cited observations of all of them (one query), the
+    approvals of the four-eyes items among them (one query, only when there are some), and a
     count only when the page is full.
     """
-    pending = ConfirmationRow.objects.filter(status=ConfirmationStatus.PENDING.value)
+    pending = ConfirmationRow.objects.filter(
+        _decidable_by(viewer), status=ConfirmationStatus.PENDING.value
+    )
     rows = list(
-        pending.annotate(run_goal=F("run__goal"), run_subject=F("run__subject")).order_by(
-            "requested_at", "id"
-        )[:limit]
+        pending.annotate(
+            run_goal=F("run__goal"), run_subject=F("run__subject"), run_owner=F("run__owner_id")
+        ).order_by("requested_at", "id")[:limit]
     )
     total = len(rows) if len(rows) < limit else pending.count()
     cited: dict[str, set[str]] = {}
     for row in rows:
         cited.setdefault(row.run_id, set()).update(_cited_ids(row.proposal))
     found = observations(cited=cited) if any(cited.values()) else {}
-    return Queue(items=[_queue_item(row, registry, found) for row in rows], total=total)
+    # Only a rule that needs several approvals has any while pending (a one-approver rule's
+    # approval is its decision), so the others need no query.
+    several = [r.pk for r in rows if approvals_needed(approver_rule(r.approvers)) > 1]
+    approvals: dict[str, list[ConfirmationApproval]] = {}
+    for a in ConfirmationApproval.objects.filter(confirmation_id__in=several) if several else ():
+        approvals.setdefault(a.confirmation_id, []).append(a)
+    items = [
+        _queue_item(row, registry, found, viewer=viewer, approvals=approvals.get(row.pk, []))
+        for row in rows
+    ]
+    return Queue(items=items, total=total)
+
+
+def _decidable_by(viewer: Any) -> Q:
+    """The confirmations whose rule lets ``viewer`` decide them, as a filter (the run is the
+    viewer's own when they started it or it was started for them: policy.roles.approver_facts)."""
+    operator = is_operator(viewer)
+    own = Q(run__owner_id=viewer.pk) | Q(run__subject=viewer.get_username())
+    when_own = rules_allowing(is_operator=operator, own=True)
+    when_not = rules_allowing(is_operator=operator, own=False)
+    return (own & Q(approvers__in=_values(when_own))) | (~own & Q(approvers__in=_values(when_not)))
+
+
+def _values(rules: Iterable[ApproverRule]) -> list[str]:
+    return sorted(r.value for r in rules)
 
 
 def confirmation_exact_arguments(*, confirmation_id: str) -> str:
@@ -196,8 +266,17 @@ def confirmation_exact_arguments(*, confirmation_id: str) -> str:
 
 
 def _queue_item(
-    row: Any, registry: ToolRegistry, found: Mapping[tuple[str, str], Mapping[str, Any]]
+    row: Any,
+    registry: ToolRegistry,
+    found: Mapping[tuple[str, str], Mapping[str, Any]],
+    *,
+    viewer: Any,
+    approvals: list[ConfirmationApproval],
 ) -> QueueItem:
+    rule = approver_rule(row.approvers)
+    person = approver_facts(viewer, run_owner_id=row.run_owner, run_subject=row.run_subject)
+    verdict = may_approve(rule, person, prior_approvals(approvals))
+    approved_by = tuple(a.username for a in approvals)
     proposal = row.proposal if isinstance(row.proposal, dict) else {}
     registered = registry.get(row.tool_name, row.tool_version)
     raw = _arguments(proposal)
@@ -222,6 +301,11 @@ def _queue_item(
         binding=_binding(row, exact, masked=shown is not raw),
         sources=sources,
         derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
+        approvers=rule.value,
+        approvals_needed=approvals_needed(rule),
+        approved_by=approved_by,
+        progress=progress(rule, approved_by),
+        approve_refusal="" if verdict.allowed else verdict.message,
     )
 
 

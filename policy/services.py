@@ -15,11 +15,12 @@ from typing import Any
 from django.db.models import F, Q
 from django.utils import timezone
 
+from policy.domain.approvers import DEFAULT_RULE
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.models import Confirmation as ConfirmationRow
-from policy.models import Grant
+from policy.models import ConfirmationApproval, Grant
 
 
 class ConfirmationMismatch(DomainError):
@@ -141,8 +142,9 @@ def confirmation_request(
     proposal: dict[str, Any],
     expires_at_step: int,
     cites_untrusted: bool,
+    approvers: str = DEFAULT_RULE,
 ) -> None:
-    """A pending confirmation for a proposal the gate held for a person."""
+    """A pending confirmation for a proposal the gate held for a person, and who may decide it."""
     ConfirmationRow.objects.create(
         id=confirmation_id,
         run_id=run_id,
@@ -153,6 +155,7 @@ def confirmation_request(
         status=ConfirmationStatus.PENDING.value,
         expires_at_step=expires_at_step,
         cites_untrusted=cites_untrusted,
+        approvers=approvers,
     )
 
 
@@ -171,6 +174,20 @@ def confirmation_record_decision(
         decision_reason=reason,
     )
     return n == 1
+
+
+def confirmation_approval_record(
+    *, confirmation_id: str, user: Any, username: str, reason: str, independent: bool
+) -> None:
+    """One person's approval, named (the run store writes it in the commit of that approval).
+    A second approval by the same person breaks ``approval_one_per_person``: never two votes."""
+    ConfirmationApproval.objects.create(
+        confirmation_id=confirmation_id,
+        user=user,
+        username=username[:150],
+        reason=reason,
+        independent=independent,
+    )
 
 
 def confirmation_consume(*, run_id: str, confirmation_id: str) -> bool:

@@ -24,6 +24,7 @@ from policy.status import domain_status
 from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.domain.lifecycle import MAX_DECISION_REASON
+from runs.domain.machine import Status
 
 QUEUE = "console/confirmations/queue.html"
 
@@ -35,7 +36,9 @@ class DecisionForm(forms.Form):
 
 def _queue(request: HttpRequest, *, error: DomainError | None = None) -> HttpResponse:
     queue = policy_selectors.confirmation_queue(
-        registry=wiring.registry(), observations=run_selectors.cited_observations
+        viewer=request.user,
+        registry=wiring.registry(),
+        observations=run_selectors.cited_observations,
     )
     status = domain_status(error) if error is not None else 200
     return render(
@@ -89,8 +92,15 @@ def _decide(request: HttpRequest, confirmation_id: str, *, approved: bool) -> Ht
         return page_error(request, exc)
     except DomainError as exc:
         return _queue(request, error=exc)
+    goal = state.goal[:120]
+    if approved and state.status is Status.WAITING_CONFIRMATION:
+        # The first of two approvals (four eyes): recorded; the run waits for another person.
+        messages.success(
+            request, f"Your approval is recorded; the run “{goal}” waits for a second approver."
+        )
+        return redirect("confirmation-queue")
     verb = "Approved" if approved else "Declined"
-    messages.success(request, f"{verb}: the proposal of the run “{state.goal[:120]}”.")
+    messages.success(request, f"{verb}: the proposal of the run “{goal}”.")
     return redirect("confirmation-queue")
 
 

@@ -18,15 +18,18 @@ loop            alice  failed; the loop guard stopped a repeated search, handed 
 cancelled       alice  cancelled by its owner while it waited for a confirmation
 unknown         bob    failed; notify_partner's outcome is unknown, handed off (DEBUG-only tool)
 research        bob    completed; a read-only search with a cited answer
+four-eyes       bob    waiting for a four-eyes confirmation: publish_notice, an irreversible
+                       write two different people must approve, one an operator who is not
+                       bob (DEBUG-only tool)
 ==============  =====  ======================================================================
 
 Idempotent: a demo run is identified by its owner and its goal, and is made only when no such
 run exists, so loading twice makes nothing new. The waiting run is the exception: if the one
 there is gone (its deadline passed and the sweeper cancelled it), a new one is made, so a
 machine started again days later still has something in the queue; once a person approved or
-declined it, it is left as they left it.
+declined it, it is left as they left it. The four-eyes run is kept the same way.
 
-The waiting run gets the longest deadline this deployment allows (``max_deadline_ms``, a day by
+The waiting runs get the longest deadline this deployment allows (``max_deadline_ms``, a day by
 default): a waiting run is cancelled at its deadline, its confirmation expired with it.
 """
 
@@ -45,7 +48,7 @@ from runs.domain.machine import Status
 from runs.limits import RunLimits
 from runs.models import Run
 from runs.scenarios import Scenario, run_scenario
-from runs.tools import demo_partner
+from runs.tools import demo_notice, demo_partner
 
 SEARCH = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20}
 ANSWER = "同一任务最多自动重试三次，随后进入隔离队列。(Three retries, then quarantine.)"  # noqa: RUF001
@@ -190,6 +193,19 @@ def _unknown(goal: str) -> dict[str, Any]:
     )
 
 
+def _four_eyes(goal: str) -> dict[str, Any]:
+    grant = {"capability": demo_notice.CAPABILITY, "resource_scope": "*", "expires_at_step": 4}
+    text = "Maintenance tonight 22:00-23:00 UTC: shipments are held, nothing is lost."
+    publish = tool("p1", demo_notice.NAME, {"text": text}, ["user-1"], "the user asked for it")
+    return _scenario(
+        goal,
+        [grant],
+        [publish, final("Notice published.", ["tool-1"])],
+        subject="bob",
+        budgets={"deadline_ms": waiting_deadline_ms()},
+    )
+
+
 def _research(goal: str) -> dict[str, Any]:
     search = tool("p1", "search_public", {"query": "retry policy"}, ["user-1"])
     answer = final("Three automatic retries, then the quarantine queue.", ["tool-1"])
@@ -220,6 +236,13 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         "unknown", "bob", "Tell the logistics partner that shipment 4711 is quarantined.", _unknown
     ),
     DemoRun("research", "bob", "What is the retry policy?", _research),
+    DemoRun(
+        "four-eyes",
+        "bob",
+        "Tell every customer about tonight's maintenance window.",
+        _four_eyes,
+        remade_when_cancelled=True,
+    ),
 )
 
 

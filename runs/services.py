@@ -12,14 +12,16 @@ from typing import Any
 
 from django.db import transaction
 
+from policy import selectors as policy_selectors
 from policy import services as policy_services
+from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
-from policy.roles import actor_name, user_or_none
+from policy.roles import actor_name, approver_facts, user_or_none
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
@@ -27,7 +29,7 @@ from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.commits import Commit
-from runs.domain.errors import LeaseLost
+from runs.domain.errors import LeaseLost, VersionConflict
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
@@ -244,6 +246,9 @@ def run_advance(
     return state
 
 
+DECIDE_ATTEMPTS = 3  # a decision that lost a compare-and-set looks again, this many times
+
+
 def confirmation_decide(
     *,
     confirmation_id: str,
@@ -254,33 +259,99 @@ def confirmation_decide(
     enqueue: bool = False,
     ctx: RunsContext | None = None,
 ) -> RunState:
-    """A person approves or declines the pending confirmation they were shown.
+    """A person approves or declines the pending confirmation they were shown. Takes the run's
+    row lock.
 
-    ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
-    the decision is refused (a stale click can never approve a different proposal). ``reason``
-    (what the person wrote) goes into the trace event and onto the confirmation.
+    1. ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
+       the decision is refused (a stale click can never approve a different proposal).
+    2. The confirmation's approver rule (policy.domain.approvers) says whether this person may
+       decide it (APPROVER_NOT_ALLOWED, ALREADY_APPROVED_BY_YOU). ``by`` that is not a user (a
+       scenario file replayed: trusted input, like the confirmations a run is created with)
+       decides as one approver always did.
+    3. An approval that is not the last one needed (the first of four eyes) is recorded and the
+       run keeps waiting; the last one (or a decline) is the run's transition, as before.
+    ``reason`` (what the person wrote) goes into the trace event and onto the confirmation.
+
+    Two people deciding at once are served one after the other: each takes the run's row lock
+    (PostgreSQL) and then reads the confirmation and its approvals again, so the second sees
+    the first one's approval or decision. The run row, not the confirmation's: every commit of
+    the run (a step, the deadline sweeper expiring this confirmation) writes the run row first,
+    and a lock taken in another order could deadlock with them. Where there are no row locks
+    (SQLite) the run's compare-and-set lets one commit and the other looks again; a loser whose
+    item was decided meanwhile is told by whom (CONFIRMATION_NOT_PENDING).
     """
-    row = policy_services.confirmation_for_decision(
-        confirmation_id=confirmation_id, shown_hash=shown_hash
-    )
-    store = resolve(ctx).store()
-    state = store.load(row.run_id)
-    if state.status is not Status.WAITING_CONFIRMATION or state.pending_confirmation_id != row.pk:
-        raise policy_services.confirmation_refusal(confirmation_id=row.pk)
     reason = redact_secrets(reason.strip())
-    commit = lifecycle.decide_confirmation(
-        state, confirmation_id=row.pk, approved=approved, by=actor_name(by), reason=reason
-    )
-    with transaction.atomic():
+    store = resolve(ctx).store()
+    for _ in range(DECIDE_ATTEMPTS):
         try:
-            state = store.apply(commit, decided_by=user_or_none(by))
-        except DomainError as exc:
-            # Lost the race: another person's decision committed first (its compare-and-set
-            # on the run matched, ours matched nothing). Say who, read after their commit.
-            raise policy_services.confirmation_refusal(confirmation_id=row.pk) from exc
-        if enqueue:
-            _enqueue_on_commit(state.run_id)
-    return state
+            with transaction.atomic():
+                row = policy_services.confirmation_for_decision(
+                    confirmation_id=confirmation_id, shown_hash=shown_hash
+                )
+                owner_id = _lock_run(row.run_id)
+                # Read again under the lock: what an earlier holder wrote is visible now.
+                row = policy_services.confirmation_for_decision(
+                    confirmation_id=confirmation_id, shown_hash=shown_hash
+                )
+                state = store.load(row.run_id)
+                if (
+                    state.status is not Status.WAITING_CONFIRMATION
+                    or state.pending_confirmation_id != row.pk
+                ):
+                    raise policy_services.confirmation_refusal(confirmation_id=row.pk)
+                commit = _decision_commit(
+                    row, state, run_owner_id=owner_id, approved=approved, by=by, reason=reason
+                )
+                state = store.apply(commit, decided_by=user_or_none(by))
+                if enqueue and state.status is not Status.WAITING_CONFIRMATION:
+                    _enqueue_on_commit(state.run_id)
+            return state
+        except VersionConflict:
+            # Lost the race: another decision or approval committed first (its compare-and-set
+            # on the run matched, ours matched nothing). Look again at what it wrote.
+            continue
+    raise policy_services.confirmation_refusal(confirmation_id=confirmation_id)
+
+
+def _lock_run(run_id: str) -> Any:
+    """Take the run's row lock (in the caller's transaction); the run's owner id."""
+    return Run.objects.select_for_update().filter(pk=run_id).values_list("owner_id", flat=True)[0]
+
+
+def _decision_commit(
+    row: Any, state: RunState, *, run_owner_id: Any, approved: bool, by: Any, reason: str
+) -> Commit:
+    """The commit of this person's answer, after the approver rule allowed it."""
+    rule = approver_rule(row.approvers)
+    recorded = policy_selectors.confirmation_approvals(confirmation_id=row.pk)
+    completes, independent = True, False
+    if getattr(by, "pk", None) is not None:
+        person = approver_facts(by, run_owner_id=run_owner_id, run_subject=state.subject)
+        priors = policy_selectors.prior_approvals(recorded)
+        verdict = may_approve(rule, person, priors) if approved else may_decline(rule, person)
+        verdict.raise_if_refused()
+        completes, independent = verdict.completes, person.independent
+    earlier = [(a.username, a.reason) for a in recorded]
+    if approved and not completes:
+        return lifecycle.record_approval(
+            state,
+            confirmation_id=row.pk,
+            by=actor_name(by),
+            reason=reason,
+            rule=rule,
+            earlier=earlier,
+            independent=independent,
+        )
+    return lifecycle.decide_confirmation(
+        state,
+        confirmation_id=row.pk,
+        approved=approved,
+        by=actor_name(by),
+        reason=reason,
+        rule=rule,
+        earlier=earlier,
+        independent=independent,
+    )
 
 
 def run_cancel(

@@ -161,6 +161,7 @@ class OrmRunStore:
                     queues = bool(
                         commit.confirmation_request
                         or commit.confirmation_decision
+                        or commit.confirmation_approval
                         or commit.handoff_reason
                         or commit.expire_pending_confirmations
                     )

@@ -166,6 +166,7 @@ def _write_confirmation_request(commit: Commit, at: At) -> None:
         proposal=r.proposal,
         expires_at_step=r.expires_at_step,
         cites_untrusted=r.cites_untrusted,
+        approvers=r.approvers.value,
     )
 
 
@@ -181,6 +182,19 @@ def _write_confirmation_decision(commit: Commit, at: At) -> None:
         reason=reason,
     ):
         raise VersionConflict("confirmation already decided", run_id=at.run_id)
+
+
+def _write_confirmation_approval(commit: Commit, at: At) -> None:
+    a = commit.confirmation_approval
+    if a is None:
+        return
+    policy_services.confirmation_approval_record(
+        confirmation_id=a.confirmation_id,
+        user=at.decided_by,
+        username=a.by,
+        reason=a.reason,
+        independent=a.independent,
+    )
 
 
 def _write_confirmation_consume(commit: Commit, at: At) -> None:
@@ -261,6 +275,7 @@ WRITERS: tuple[Callable[[Commit, At], None], ...] = (
     _write_ledger_attempt,
     _write_confirmation_request,
     _write_confirmation_decision,
+    _write_confirmation_approval,
     _write_confirmation_consume,
     _write_grant_uses,
     _write_expired_confirmations,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from policy.domain.approvers import DEFAULT_RULE, ApproverRule
 from policy.domain.errors import RegistryError
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome, Verification
@@ -266,10 +267,18 @@ class ToolContract:
     max_input_bytes: int = 16 * 1024
     isolated: bool = False
     secret_names: tuple[str, ...] = ()
+    # Who may approve a confirmation of this tool (policy.domain.approvers); a deployment's or
+    # profile's tool policy may choose another where the gate holds the proposal.
+    approvers: ApproverRule = DEFAULT_RULE
 
     def __post_init__(self) -> None:
         if not self.name or not self.version:
             raise RegistryError("a tool contract needs a name and a version")
+        if self.approvers not in set(ApproverRule):
+            names = ", ".join(r.value for r in ApproverRule)
+            raise RegistryError(f"{self.name}: approvers must be one of {names}")
+        # A plain string from a tool package ("four_eyes") becomes the rule itself.
+        object.__setattr__(self, "approvers", ApproverRule(self.approvers))
         if ":" in self.version:
             # The idempotency token hashes "run:proposal:version:args" and a proposal id may
             # hold ":": a version with one could spell another command's token (issue 9 item 4).

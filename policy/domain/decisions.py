@@ -10,6 +10,8 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
+from policy.domain.approvers import DEFAULT_RULE, ApproverRule
+
 # Set only while the gate (or a ledger restore) constructs a command. A field would be copied
 # by ``dataclasses.replace``; a flag that is off during any other construction cannot be.
 _ISSUING: contextvars.ContextVar[bool] = contextvars.ContextVar("issuing", default=False)
@@ -102,6 +104,8 @@ class NeedsConfirmation:
     # None when the contract's own confirmation mode did. With the untrusted ids it names.
     trigger: str | None = None
     untrusted_ids: tuple[str, ...] = ()
+    # Who may approve the confirmation this asks for (policy.domain.approvers).
+    approvers: ApproverRule = DEFAULT_RULE
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policy.domain import canonical as hashing
+from policy.domain.approvers import ApproverRule, approver_rule
 from policy.domain.confirmations import Confirmation, ConfirmationCheck, check_confirmation
 from policy.domain.contracts import CallFacts, ResourceError, ToolContract, bind_resource
 from policy.domain.decisions import (
@@ -27,7 +28,7 @@ from policy.domain.decisions import (
 from policy.domain.grants import CapabilityGrant, authorize
 from policy.domain.proposals import ActionProposal
 from policy.domain.registry import RegisteredTool, ToolRegistry
-from policy.domain.tool_policy import EMPTY, Provenance, ToolPolicy, requirement
+from policy.domain.tool_policy import EMPTY, Provenance, ToolPolicy, join_approvers, requirement
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,18 @@ def _confirmation(
             why=confirmation.why,
             trigger=needs.trigger,
             untrusted_ids=needs.untrusted_ids,
+            approvers=_approvers(run, contract),
         )
     return confirmation
+
+
+def _approvers(run: RunView, contract: ToolContract) -> ApproverRule:
+    """The one place the effective approver rule is chosen: the contract's, made stricter by
+    the run's tool policy where it names one. A policy only tightens it (the contract's four
+    eyes on an irreversible write stays four eyes whatever a deployment or profile says)."""
+    named = run.tool_policy.approvers_for(contract.name)
+    rule = contract.approvers.value
+    return approver_rule(join_approvers(rule, named) if named is not None else rule)
 
 
 def _state_and_budget(run: RunView, now_ms: int, passed: list[str]) -> Decision | None:

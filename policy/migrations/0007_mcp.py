@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("policy", "0005_confirmation_decision_reason"),
+        ("policy", "0006_confirmation_approvers"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from memory.domain.working import WorkingItem, item_from_observation
 from policy.domain import canonical as hashing
+from policy.domain.approvers import DEFAULT_RULE, ApproverRule
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.domain.redaction import redact_secrets
@@ -53,6 +54,20 @@ class ConfirmationRequest:
     proposal: dict[str, Any]
     expires_at_step: int
     cites_untrusted: bool
+    # Who may approve it (policy.domain.approvers), as the gate chose.
+    approvers: ApproverRule = DEFAULT_RULE
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """One person's approval of a pending confirmation, stored beside it (every approval, the
+    only one of a one-approver rule as each of a four-eyes pair). ``independent``: they were an
+    operator with no stake in the run when they approved (policy.domain.approvers)."""
+
+    confirmation_id: str
+    by: str
+    reason: str
+    independent: bool
 
 
 @dataclass(frozen=True)
@@ -75,6 +90,8 @@ class Commit:
     consume_confirmation: str | None = None
     # (confirmation_id, approved, reason): applied only while that confirmation is still pending.
     confirmation_decision: tuple[str, bool, str] | None = None
+    # An approval to store (with the decision it completes, or alone: one of two still needed).
+    confirmation_approval: ApprovalRecord | None = None
     grant_uses: tuple[str, ...] = ()
     handoff_reason: str | None = None
     # What the handoff is about when the state holds no pending proposal (a loop stop names the

@@ -316,6 +316,7 @@ def _wait_for_confirmation(
             proposal=proposal.model_dump(mode="json"),
             expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
             cites_untrusted=cites_untrusted,
+            approvers=decision.approvers,
         )
     s.pending_proposal = proposal.model_dump(mode="json")
     s.pending_confirmation_id = cid

@@ -3,14 +3,17 @@ cancel, a person's confirmation answer, failures, deadlines, retries, recoveries
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from policy.domain.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
 from runs.domain import trace as ev
-from runs.domain.commits import Builder, Commit, proposal_id_of
+from runs.domain.commits import ApprovalRecord, Builder, Commit, proposal_id_of
 from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
+from runs.domain.trace import MAX_DETAIL_STRING
 
 MAX_DECISION_REASON = 1_000  # what a person writes with a decision (the console's form caps it)
 
@@ -78,21 +81,36 @@ def request_cancel(state: RunState, *, by: str, reason: str, active_tool: bool) 
 
 
 def decide_confirmation(
-    state: RunState, *, confirmation_id: str, approved: bool, by: str, reason: str = ""
+    state: RunState,
+    *,
+    confirmation_id: str,
+    approved: bool,
+    by: str,
+    reason: str = "",
+    rule: ApproverRule = DEFAULT_RULE,
+    earlier: Sequence[tuple[str, str]] = (),
+    independent: bool = False,
 ) -> Commit:
-    """A person answered the pending confirmation of this run (with their reason, if any)."""
+    """A person answered the pending confirmation of this run (with their reason, if any).
+
+    ``earlier`` are the approvals recorded before this answer, as (name, reason): the event
+    names every approver (and the decline of a four-eyes item names who had approved)."""
     b = Builder(state, None)
     pid = proposal_id_of(state.pending_proposal)
     reason = reason[:MAX_DECISION_REASON]
     b.commit.confirmation_decision = (confirmation_id, approved, reason)
-    said = {"reason": reason} if reason else {}
+    approvals = list(earlier)
+    if approved:
+        approvals.append((by, reason))
+        b.commit.confirmation_approval = ApprovalRecord(confirmation_id, by, reason, independent)
     b.emit(
         ev.CONFIRMATION_DECIDED,
         pid,
         confirmation_id=confirmation_id,
         decision="approved" if approved else "declined",
         by=by,
-        **said,
+        **_said(reason),
+        **_approvals(rule, approvals),
     )
     if approved:
         b.move(Event.CONFIRMED, pid)
@@ -104,6 +122,48 @@ def decide_confirmation(
     b.move(Event.DECLINED, pid)
     b.reject(pid, "confirmation", "CONFIRMATION_DECLINED", confirmation_id=confirmation_id)
     return b.done()
+
+
+def record_approval(
+    state: RunState,
+    *,
+    confirmation_id: str,
+    by: str,
+    reason: str,
+    rule: ApproverRule,
+    earlier: Sequence[tuple[str, str]] = (),
+    independent: bool,
+) -> Commit:
+    """One approval of several needed (four eyes): stored and traced; the run keeps waiting
+    (no transition), its version moves so a concurrent approval of the same item conflicts."""
+    b = Builder(state, None)
+    reason = reason[:MAX_DECISION_REASON]
+    b.commit.confirmation_approval = ApprovalRecord(confirmation_id, by, reason, independent)
+    approvals = [*earlier, (by, reason)]
+    b.emit(
+        ev.CONFIRMATION_APPROVAL_RECORDED,
+        proposal_id_of(state.pending_proposal),
+        confirmation_id=confirmation_id,
+        by=by,
+        needed=approvals_needed(rule),
+        **_said(reason),
+        **_approvals(rule, approvals),
+    )
+    return b.done()
+
+
+def _said(reason: str) -> dict[str, str]:
+    # The trace holds a summary (MAX_DETAIL_STRING); the whole reason is on the confirmation.
+    return {"reason": reason[:MAX_DETAIL_STRING]} if reason else {}
+
+
+def _approvals(rule: ApproverRule, approvals: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Who approved, in order, with their reasons (the audit of issue 12 item 3)."""
+    return {
+        "approvers": rule.value,
+        "approved_by": [name for name, _ in approvals],
+        "approval_reasons": [r[:MAX_DETAIL_STRING] for _, r in approvals],
+    }
 
 
 def fail(state: RunState, reason: str, **details: Any) -> Commit:

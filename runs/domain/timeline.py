@@ -135,7 +135,20 @@ def _rejected(d: Mapping[str, Any]) -> tuple[Tone, str]:
 def _decided(d: Mapping[str, Any]) -> tuple[Tone, str]:
     decision = _s(d, "decision")
     tone = Tone.OK if decision == "approved" else Tone.BAD
-    return tone, f"Confirmation {decision} by {_s(d, 'by')}"
+    text = f"Confirmation {decision} by {_s(d, 'by')}"
+    approved_by = d.get("approved_by")
+    if isinstance(approved_by, list) and (len(approved_by) > 1 or decision != "approved"):
+        # Four eyes: name every approver, and who had approved an item that was then declined.
+        text += f" (approved by {', '.join(str(n) for n in approved_by)})" if approved_by else ""
+    return tone, text
+
+
+def _approval_recorded(d: Mapping[str, Any]) -> tuple[Tone, str]:
+    approved_by = d.get("approved_by")
+    count = len(approved_by) if isinstance(approved_by, list) else "?"
+    return Tone.WARN, (
+        f"Approval {count} of {_s(d, 'needed')} by {_s(d, 'by')}: waiting for a second approver"
+    )
 
 
 def _completed(d: Mapping[str, Any]) -> tuple[Tone, str]:
@@ -196,6 +209,7 @@ _SUMMARIES: dict[str, Summary] = {
     ev.PROPOSAL_WAITING_CONFIRMATION: _fixed(Tone.WARN, "Waiting for a confirmation ({code})"),
     ev.PROPOSAL_LOOP_DETECTED: _fixed(Tone.BAD, "Loop detected: {code} ({count} repeats)"),
     ev.CONFIRMATION_DECIDED: _decided,
+    ev.CONFIRMATION_APPROVAL_RECORDED: _approval_recorded,
     ev.TOOL_STARTED: _fixed(Tone.INFO, "Tool {tool} v{version} started"),
     ev.TOOL_COMPLETED: _completed,
     ev.TOOL_RETRYING: _fixed(Tone.WARN, "Tool {tool} retrying (attempt {attempt})"),

@@ -22,6 +22,8 @@ PROPOSAL_REJECTED = "proposal.rejected"
 PROPOSAL_WAITING_CONFIRMATION = "proposal.waiting-confirmation"
 PROPOSAL_LOOP_DETECTED = "proposal.loop-detected"
 CONFIRMATION_DECIDED = "confirmation.decided"
+# One approval of two (four eyes) is recorded; the run keeps waiting for the second.
+CONFIRMATION_APPROVAL_RECORDED = "confirmation.approval-recorded"
 TOOL_STARTED = "tool.started"
 TOOL_COMPLETED = "tool.completed"
 TOOL_RETRYING = "tool.retrying"

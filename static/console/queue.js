@@ -41,6 +41,8 @@
     var dialog = document.getElementById("q-confirm");
     var item = items[current];
     if (!dialog || !item || typeof dialog.showModal !== "function") return;
+    // An item this person may only decline (they approved it already: four eyes) has no Approve.
+    if (action === "approve" && !item.querySelector("[data-q-approve]")) return;
     pending = { item: item, action: action };
     var approve = action === "approve";
     dialog.querySelector("[data-q-title]").textContent =

@@ -56,8 +56,18 @@
     "proposal.waiting-confirmation": ["warn", fmt("Waiting for a confirmation ({code})")],
     "proposal.loop-detected": ["bad", fmt("Loop detected: {code} ({count} repeats)")],
     "confirmation.decided": [null, function (d) {
-      return [d.decision === "approved" ? "ok" : "bad",
-        "Confirmation " + v(d, "decision") + " by " + v(d, "by")];
+      var text = "Confirmation " + v(d, "decision") + " by " + v(d, "by");
+      var names = Array.isArray(d.approved_by) ? d.approved_by : [];
+      // Four eyes: name every approver (and who had approved an item then declined).
+      if (names.length > 1 || (names.length && d.decision !== "approved")) {
+        text += " (approved by " + names.join(", ") + ")";
+      }
+      return [d.decision === "approved" ? "ok" : "bad", text];
+    }],
+    "confirmation.approval-recorded": [null, function (d) {
+      var count = Array.isArray(d.approved_by) ? d.approved_by.length : "?";
+      return ["warn", "Approval " + count + " of " + v(d, "needed") + " by " + v(d, "by") +
+        ": waiting for a second approver"];
     }],
     "tool.started": ["info", fmt("Tool {tool} v{version} started")],
     "tool.completed": [null, function (d) {

@@ -165,7 +165,13 @@ def test_approve_records_who_and_resumes_the_run_once(
         "confirmation_id": waiting.confirmation_id,
         "decision": "approved",
         "by": who,
+        # The audit names every approver (issue 12 item 3): here the one the default rule needs.
+        "approvers": "owner_or_operator",
+        "approved_by": [who],
+        "approval_reasons": [""],
     }
+    assert [a["by"] for a in body["approvals"]] == [who]
+    assert (body["approvers"], body["approvals_needed"]) == ("owner_or_operator", 1)
     assert enqueued == [waiting.run_id]  # resumed once, by a worker
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from policy.domain.approvers import ApproverRule
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
 from policy.domain.decisions import Execute, NeedsConfirmation, Reject
@@ -685,3 +686,40 @@ def test_one_argument_constrained_twice_joins_to_always_unless_json_equal():
             }
         )
         assert effective_policy(deployment, profile, tools=FACTS).data()["kv_put"] == joined
+
+
+# ---- the approver rule: contract, tightened by the run's tool policy ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("contract_rule", "policy_rule", "chosen"),
+    [
+        ("owner_or_operator", None, "owner_or_operator"),
+        ("owner_or_operator", "operator", "operator"),
+        ("owner_or_operator", "four_eyes", "four_eyes"),
+        ("owner", "operator", "four_eyes"),  # neither alone is as strict as both
+        ("four_eyes", "owner", "four_eyes"),  # a policy never loosens the contract's rule
+        ("four_eyes", "owner_or_operator", "four_eyes"),
+    ],
+)
+def test_the_gate_chooses_the_stricter_of_contract_and_policy_approvers(
+    contract_rule: str, policy_rule: str | None, chosen: str
+) -> None:
+    contract = dataclasses.replace(PROBE, approvers=ApproverRule(contract_rule))
+    entry: dict[str, Any] = {"confirmation": "always"}
+    if policy_rule is not None:
+        entry["approvers"] = policy_rule
+    run = dataclasses.replace(
+        run_view(NOW + 60_000),
+        tool_policy=parse_tool_policy({"probe": entry}, tools=tool_facts([contract])),
+    )
+    decision = evaluate(
+        proposal({"value": 1}, name="probe"),
+        run=run,
+        grants=(grant("probe:call"),),
+        confirmations=(),
+        registry=ToolRegistry([contract]),
+        now_ms=NOW,
+    )
+    assert isinstance(decision, NeedsConfirmation)
+    assert decision.approvers == ApproverRule(chosen)

@@ -12,6 +12,8 @@ runs/apis.py, memory/apis.py; roles are groups created by policy/migrations/0002
 - ``operator`` (group ``operator``): reads every run and the queue counts, decides every
   confirmation, cancels any run, grants capabilities to the runs it starts; reads handoffs, but
   does not claim or resolve them; no other subject's memory.
+- ``operator2`` (group ``operator``): a second operator, the other pair of eyes of a four-eyes
+  confirmation (policy.domain.approvers); otherwise the same rights as ``operator``.
 - ``reviewer`` and ``reviewer2`` (group ``reviewer``): read every run; claim and resolve
   handoffs (a handoff claimed by one is PERMISSION_DENIED to the other); do not decide
   confirmations, cancel others' runs or grant; no other subject's memory.
@@ -99,6 +101,7 @@ class People:
         "alice": ("user",),
         "bob": ("user",),
         "operator": ("operator",),
+        "operator2": ("operator",),
         "reviewer": ("reviewer",),
         "reviewer2": ("reviewer",),
         "admin": ("admin",),

@@ -20,7 +20,7 @@ from runs import models as m
 from runs import selectors, services
 from runs.demo_runs import DEMO_RUNS, waiting_deadline_ms
 from runs.domain.clock import SYSTEM_CLOCK
-from runs.tools import demo_partner
+from runs.tools import demo_notice, demo_partner
 from tests.workers.test_worker_runs import wait_until
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -35,6 +35,7 @@ EXPECTED = {
     "cancelled": ("alice", "cancelled", "CANCELLED", None),
     "unknown": ("bob", "failed", "TOOL_OUTCOME_UNKNOWN", "TOOL_OUTCOME_UNKNOWN"),
     "research": ("bob", "completed", "FINAL_ANSWER_VALIDATED", None),
+    "four-eyes": ("bob", "waiting_confirmation", "USER_CONFIRMATION_REQUIRED", None),
 }  # fmt: skip
 
 
@@ -73,6 +74,17 @@ def test_every_demo_state_exists_exactly_once(demo: dict[str, m.Run]) -> None:
     [row] = demo["unknown"].ledger.all()
     assert (row.tool_name, row.status) == (demo_partner.NAME, "unknown")
     assert row.idempotency_token in str(demo["unknown"].handoffs.get().bundle)
+
+
+def test_the_four_eyes_run_waits_for_two_people(demo: dict[str, m.Run]) -> None:
+    """The console's four-eyes item (DEBUG-only ``publish_notice``): its rule is on the row."""
+    pending = Confirmation.objects.get(pk=demo["four-eyes"].pending_confirmation_id)
+    assert (pending.tool_name, pending.status, pending.approvers) == (
+        demo_notice.NAME,
+        "pending",
+        "four_eyes",
+    )
+    assert not demo["four-eyes"].ledger.exists()  # nothing ran before two people approved
 
 
 def test_the_blocked_run_rejected_the_injected_write(demo: dict[str, m.Run]) -> None:
