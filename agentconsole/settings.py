@@ -196,7 +196,8 @@ LOGOUT_REDIRECT_URL = "/login/"
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+# Where `collectstatic` writes (and, with DEBUG=0, the only place files are served from).
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or VAR_DIR / "static")
 # Served straight from static/ (no collectstatic step needed); `collectstatic` still works and is
 # then what is served.
 WHITENOISE_USE_FINDERS = True
@@ -396,3 +397,97 @@ AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "3
 # Fairness: a worker advances a run for at most this many planner steps, then hands it back to
 # the end of the queue so other subjects' runs interleave (0 = until it waits or ends).
 AGENTCONSOLE_WORKER_SLICE_STEPS = int(os.environ.get("AGENTCONSOLE_WORKER_SLICE_STEPS", "20"))
+
+# --- Production (issue 14; README "Deploy to production") -------------------------------------
+# Everything a deployment sets, in one block. The defaults follow DEBUG: with DEBUG=0 the cookies
+# are HTTPS-only and plain HTTP is redirected, so a production start is safe unless told
+# otherwise; with DEBUG=1 (`make run`) nothing here changes the development server.
+
+# HTTPS: redirect plain HTTP (a TLS proxy that redirects by itself may switch this off). The
+# probes and the scrape are exempt: an orchestrator and Prometheus call a process directly, over
+# plain HTTP, on its private address.
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", "0" if DEBUG else "1")
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE", "0" if DEBUG else "1")
+CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE", "0" if DEBUG else "1")
+# HSTS is off until set: once a browser saw it, the site cannot go back to HTTP for that long.
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "0")
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", "0")
+
+# Static files. Development: straight from static/ and the apps (no collectstatic step).
+# Production: only what `manage.py collectstatic` wrote to STATIC_ROOT, with hashed names (cached
+# for a year by browsers and proxies) and gzip/brotli copies, served by WhiteNoise from each web
+# process. A missing file is then an error at render time, not a silent 404.
+if not DEBUG:
+    WHITENOISE_USE_FINDERS = False
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+
+# Configuration that is data, as JSON in the environment (or, for secrets, in a file the
+# secret store mounts: its content never appears in `ps` or in a process listing's environment).
+
+
+def _env_json(name: str) -> object:
+    raw = os.environ.get(name, "").strip()
+    path = os.environ.get(f"{name}_FILE", "").strip()
+    if path:
+        raw = Path(path).read_text(encoding="utf-8").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        # The message names the variable, never the content (it may hold secrets).
+        raise RuntimeError(f"{name} must be JSON: line {exc.lineno} column {exc.colno}") from None
+
+
+_tool_secrets = _env_json("AGENTCONSOLE_TOOL_SECRETS")
+if _tool_secrets is not None:
+    # {"tool_name": {"name": "secret", ...}, ...}: what the executor injects into each tool.
+    if not isinstance(_tool_secrets, dict) or not all(
+        isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+        for v in _tool_secrets.values()
+    ):
+        raise RuntimeError("AGENTCONSOLE_TOOL_SECRETS must map tool names to {name: string}")
+    AGENTCONSOLE_TOOL_SECRETS = _tool_secrets
+_memory_keys = _env_json("AGENTCONSOLE_MEMORY_KEYS")
+if _memory_keys is not None:
+    # The memory key whitelist (memory/policies.py checks each entry at start-up).
+    if not isinstance(_memory_keys, list) or not all(isinstance(k, dict) for k in _memory_keys):
+        raise RuntimeError("AGENTCONSOLE_MEMORY_KEYS must be a JSON list of key objects")
+    AGENTCONSOLE_MEMORY_KEYS = _memory_keys
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = int(
+        os.environ.get("DB_CONNECT_TIMEOUT_S", "5")
+    )
+
+# Processes (scripts/web.sh, scripts/worker.sh, scripts/beat.sh). On SIGTERM a worker stops
+# taking tasks and lets the current one finish for up to this many seconds (Celery's soft
+# shutdown; scripts/worker.sh maps SIGTERM to it), then stops it: its message goes back to the
+# broker (acks_late) and its runs are released (runs.leases.release_dead_local).
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("AGENTCONSOLE_WORKER_SHUTDOWN_S", "10"))
+
+# Health and metrics (agentconsole/health.py, agentconsole/metrics.py). Each worker writes a
+# heartbeat this often; /readyz wants one younger than the maximum age.
+AGENTCONSOLE_WORKER_HEARTBEAT_S = float(os.environ.get("AGENTCONSOLE_WORKER_HEARTBEAT_S", "5"))
+AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S = float(
+    os.environ.get("AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S", "30")
+)
+# How long /readyz waits for each dependency before calling it down.
+AGENTCONSOLE_READY_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_READY_TIMEOUT_S", "2"))
+# /metrics: `Authorization: Bearer <this>` (Prometheus), or a signed-in operator/admin. Unset:
+# operators and admins only (session or API token).
+AGENTCONSOLE_METRICS_TOKEN = os.environ.get("AGENTCONSOLE_METRICS_TOKEN", "")
+
+# Logs: LOG_FORMAT=json writes one JSON object per line with run_id (and trace ids once tracing
+# is on) where known (agentconsole/logs.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
+LOGGING["filters"] = {"run_context": {"()": "agentconsole.logs.RunContextFilter"}}
+LOGGING["formatters"]["json"] = {"()": "agentconsole.logs.JsonFormatter"}  # type: ignore[index]
+LOGGING["handlers"]["console"]["filters"] = ["run_context"]  # type: ignore[index]
+if LOG_FORMAT == "json":
+    LOGGING["handlers"]["console"]["formatter"] = "json"  # type: ignore[index]
