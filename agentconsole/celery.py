@@ -15,7 +15,6 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 # Heartbeat and lease release at start and stop of a worker (agentconsole/worker_lifecycle.py).
-# import here: worker_lifecycle imports models, ready only once the worker has set Django up.
 
 
 @signals.worker_ready.connect
