@@ -17,6 +17,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from agentconsole import env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 VAR_DIR.mkdir(exist_ok=True)
@@ -426,38 +428,9 @@ if not DEBUG:
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
 
-# Configuration that is data, as JSON in the environment (or, for secrets, in a file the
-# secret store mounts: its content never appears in `ps` or in a process listing's environment).
-
-
-def _env_json(name: str) -> object:
-    raw = os.environ.get(name, "").strip()
-    path = os.environ.get(f"{name}_FILE", "").strip()
-    if path:
-        raw = Path(path).read_text(encoding="utf-8").strip()
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        # The message names the variable, never the content (it may hold secrets).
-        raise RuntimeError(f"{name} must be JSON: line {exc.lineno} column {exc.colno}") from None
-
-
-_tool_secrets = _env_json("AGENTCONSOLE_TOOL_SECRETS")
-if _tool_secrets is not None:
-    # {"tool_name": {"name": "secret", ...}, ...}: what the executor injects into each tool.
-    if not isinstance(_tool_secrets, dict) or not all(
-        isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
-        for v in _tool_secrets.values()
-    ):
-        raise RuntimeError("AGENTCONSOLE_TOOL_SECRETS must map tool names to {name: string}")
-    AGENTCONSOLE_TOOL_SECRETS = _tool_secrets
-_memory_keys = _env_json("AGENTCONSOLE_MEMORY_KEYS")
-if _memory_keys is not None:
-    # The memory key whitelist (memory/policies.py checks each entry at start-up).
-    if not isinstance(_memory_keys, list) or not all(isinstance(k, dict) for k in _memory_keys):
-        raise RuntimeError("AGENTCONSOLE_MEMORY_KEYS must be a JSON list of key objects")
+# Configuration that is data: JSON in the environment, or a file for secrets (agentconsole/env.py).
+AGENTCONSOLE_TOOL_SECRETS = env.tool_secrets() or AGENTCONSOLE_TOOL_SECRETS
+if (_memory_keys := env.memory_keys()) is not None:  # unset: memory's built-in whitelist
     AGENTCONSOLE_MEMORY_KEYS = _memory_keys
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A database that does not answer fails a request (and /readyz) in seconds, not minutes.

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
+from agentconsole import env
 from tests.production.prod_kit import documented_env, production_env
 from tests.support.workers import worker_database_url
 
@@ -69,3 +70,33 @@ def test_a_demo_password_still_fails_the_check(tmp_path: Path) -> None:
     result = check_deploy(production_env(), tmp_path)
     assert result.returncode != 0
     assert "agentconsole.E001" in result.stderr + result.stdout
+
+
+def test_tool_secrets_from_a_file_and_errors_that_never_show_the_content(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secrets_file = tmp_path / "tool-secrets.json"
+    secrets_file.write_text('{"lookup_invoice": {"api_key": "sk-live-123"}}')
+    monkeypatch.setenv("AGENTCONSOLE_TOOL_SECRETS_FILE", str(secrets_file))
+    assert env.tool_secrets() == {"lookup_invoice": {"api_key": "sk-live-123"}}
+
+    secrets_file.write_text('{"lookup_invoice": {"api_key": "sk-live-123"')  # cut short
+    with pytest.raises(RuntimeError, match="AGENTCONSOLE_TOOL_SECRETS must be JSON") as info:
+        env.tool_secrets()
+    assert "sk-live" not in str(info.value)
+
+    monkeypatch.delenv("AGENTCONSOLE_TOOL_SECRETS_FILE")
+    monkeypatch.setenv("AGENTCONSOLE_TOOL_SECRETS", '{"lookup_invoice": "sk-live-123"}')
+    with pytest.raises(RuntimeError, match="must map tool names") as info:
+        env.tool_secrets()
+    assert "sk-live" not in str(info.value)
+
+
+def test_memory_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AGENTCONSOLE_MEMORY_KEYS", raising=False)
+    assert env.memory_keys() is None  # unset: memory's built-in whitelist
+    monkeypatch.setenv("AGENTCONSOLE_MEMORY_KEYS", '[{"key": "tone", "allowed": ["formal"]}]')
+    assert env.memory_keys() == [{"key": "tone", "allowed": ["formal"]}]
+    monkeypatch.setenv("AGENTCONSOLE_MEMORY_KEYS", '{"key": "tone"}')
+    with pytest.raises(RuntimeError, match="JSON list"):
+        env.memory_keys()
