@@ -242,6 +242,9 @@ def _static_files_served(stack: Stack) -> None:
     status, _headers, body = stack.get("/admin/login/", https)
     assert status == 200
     assert paths["admin/css/base.css"].encode() in body
+    status, _headers, body = stack.get("/api/docs/", https)  # Swagger UI, from the sidecar
+    assert status == 200
+    assert paths["drf_spectacular_sidecar/swagger-ui-dist/swagger-ui.css"].encode() in body
     # Plain HTTP to a page is sent to HTTPS; the probes are not.
     status, headers, _body = _no_redirect(stack, "/admin/login/")
     assert status == 301
