@@ -2,7 +2,7 @@
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 from agentconsole import broker
 
@@ -13,3 +13,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 app = Celery("agentconsole")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# Heartbeat and lease release at start and stop of a worker (agentconsole/worker_lifecycle.py).
+
+
+@signals.worker_ready.connect
+def _worker_ready(sender: object = None, **kwargs: object) -> None:
+    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+
+    worker_lifecycle.on_worker_ready(sender=sender)
+
+
+@signals.worker_shutdown.connect
+def _worker_shutdown(sender: object = None, **kwargs: object) -> None:
+    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+
+    worker_lifecycle.on_worker_shutdown(sender=sender)

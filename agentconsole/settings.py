@@ -18,6 +18,8 @@ from typing import Any, cast
 
 import dj_database_url
 
+from agentconsole import env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 VAR_DIR.mkdir(exist_ok=True)
@@ -29,29 +31,6 @@ def _env_bool(name: str, default: str) -> bool:
 
 def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def _env_json_list(name: str) -> list[str]:
-    raw = os.environ.get(name, "").strip()
-    try:
-        value = json.loads(raw) if raw else []
-    except json.JSONDecodeError as exc:
-        raise RuntimeError(f"{name} must be a JSON list of strings: {exc}") from None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise RuntimeError(f"{name} must be a JSON list of strings")
-    return value
-
-
-def _env_json_dict(name: str) -> dict[str, str]:
-    raw = os.environ.get(name, "").strip()
-    try:
-        value = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        # Not the parser's message: it quotes the text, and this text holds secrets.
-        raise RuntimeError(f"{name} must be a JSON object of strings") from None
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise RuntimeError(f"{name} must be a JSON object of strings")
-    return value
 
 
 def _dev_secret_key() -> str:
@@ -209,7 +188,8 @@ LOGOUT_REDIRECT_URL = "/login/"
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+# Where `collectstatic` writes (and, with DEBUG=0, the only place files are served from).
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or VAR_DIR / "static")
 # Served straight from static/ (no collectstatic step needed); `collectstatic` still works and is
 # then what is served.
 WHITENOISE_USE_FINDERS = True
@@ -375,17 +355,17 @@ AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
 # Secrets of MCP servers (README "MCP tools"), by name: a server spec names the secrets it needs
 # (an environment variable of a stdio server, a header of an HTTP server) and the executor
 # injects the values at call time. From the environment: a JSON object of strings.
-AGENTCONSOLE_MCP_SECRETS: dict[str, str] = _env_json_dict("AGENTCONSOLE_MCP_SECRETS")
+AGENTCONSOLE_MCP_SECRETS: dict[str, str] = env.json_dict("AGENTCONSOLE_MCP_SECRETS")
 # The commands a stdio MCP server may be started with (absolute paths, exact match): a stdio
 # server is a program the workers run, so the deployment names them; empty: stdio refused.
-AGENTCONSOLE_MCP_STDIO_COMMANDS: list[str] = _env_json_list("AGENTCONSOLE_MCP_STDIO_COMMANDS")
+AGENTCONSOLE_MCP_STDIO_COMMANDS: list[str] = env.json_list("AGENTCONSOLE_MCP_STDIO_COMMANDS")
 # How long listing a server's tools (register, refresh) may take.
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
 
 # Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
-AGENTCONSOLE_SECRET_PATTERNS: list[str] = _env_json_list("AGENTCONSOLE_SECRET_PATTERNS")
+AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
 
 # --- Logging ----------------------------------------------------------------------------------
 
@@ -441,39 +421,7 @@ AGENTCONSOLE_WORKER_SLICE_STEPS = int(os.environ.get("AGENTCONSOLE_WORKER_SLICE_
 # the environment variable holding that endpoint's key (the key itself is never in the JSON).
 
 
-def _model_endpoints() -> dict[str, dict[str, Any]]:
-    raw = os.environ.get("AGENTCONSOLE_MODEL_ENDPOINTS", "").strip()
-    try:
-        configured = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as exc:
-        raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object: {exc}") from None
-    if not isinstance(configured, dict):
-        raise RuntimeError("AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object")
-    out: dict[str, dict[str, Any]] = {}
-    allowed = {"base_url", "model", "timeout_s", "max_attempts", "max_output_tokens", "api_key_env"}
-    for name, spec in configured.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("base_url"), str):
-            raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] needs a base_url")
-        if set(spec) - allowed:
-            # "api_key" included: a key goes in its own variable, named by "api_key_env".
-            raise RuntimeError(
-                f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] takes only {', '.join(sorted(allowed))}"
-            )
-        key_env = spec.get("api_key_env")
-        out[name] = {k: v for k, v in spec.items() if k != "api_key_env"}
-        out[name]["api_key"] = os.environ.get(key_env, "") if key_env else ""
-    base_url = os.environ.get("AGENTCONSOLE_MODEL_BASE_URL", "").strip()
-    if base_url:
-        out[os.environ.get("AGENTCONSOLE_MODEL_ENDPOINT", "default").strip() or "default"] = {
-            "base_url": base_url,
-            "api_key": os.environ.get("AGENTCONSOLE_MODEL_API_KEY", ""),
-            "model": os.environ.get("AGENTCONSOLE_MODEL_NAME", ""),
-            "timeout_s": float(os.environ.get("AGENTCONSOLE_MODEL_TIMEOUT_S", "60")),
-        }
-    return out
-
-
-AGENTCONSOLE_MODEL_ENDPOINTS: dict[str, dict[str, Any]] = _model_endpoints()
+AGENTCONSOLE_MODEL_ENDPOINTS: dict[str, dict[str, Any]] = env.model_endpoints()
 # The client libraries log request bodies (observations, preferences) at DEBUG and URLs at
 # INFO: keep them to warnings, whatever the root level says.
 LOGGING["loggers"] = {
@@ -481,3 +429,68 @@ LOGGING["loggers"] = {
     "openai": {"level": "WARNING"},
     "httpx": {"level": "WARNING"},
 }
+
+# --- Production (issue 14; README "Deploy to production") -------------------------------------
+# Everything a deployment sets, in one block. The defaults follow DEBUG: with DEBUG=0 the cookies
+# are HTTPS-only and plain HTTP is redirected, so a production start is safe unless told
+# otherwise; with DEBUG=1 (`make run`) nothing here changes the development server.
+
+# HTTPS: redirect plain HTTP (a TLS proxy that redirects by itself may switch this off). The
+# probes and the scrape are exempt: an orchestrator and Prometheus call a process directly, over
+# plain HTTP, on its private address.
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", "0" if DEBUG else "1")
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE", "0" if DEBUG else "1")
+CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE", "0" if DEBUG else "1")
+# HSTS is off until set: once a browser saw it, the site cannot go back to HTTP for that long.
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "0")
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", "0")
+
+# Static files. Development: straight from static/ and the apps (no collectstatic step).
+# Production: only what `manage.py collectstatic` wrote to STATIC_ROOT, with hashed names (cached
+# for a year by browsers and proxies) and gzip/brotli copies, served by WhiteNoise from each web
+# process. A missing file is then an error at render time, not a silent 404.
+if not DEBUG:
+    WHITENOISE_USE_FINDERS = False
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+
+# Configuration that is data: JSON in the environment, or a file for secrets (agentconsole/env.py).
+AGENTCONSOLE_TOOL_SECRETS = env.tool_secrets() or AGENTCONSOLE_TOOL_SECRETS
+if (_memory_keys := env.memory_keys()) is not None:  # unset: memory's built-in whitelist
+    AGENTCONSOLE_MEMORY_KEYS = _memory_keys
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database that does not answer fails a request (and /readyz) in seconds, not minutes.
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = int(
+        os.environ.get("DB_CONNECT_TIMEOUT_S", "5")
+    )
+
+# Processes (scripts/web.sh, scripts/worker.sh, scripts/beat.sh). On SIGTERM a worker stops
+# taking tasks and lets the current one finish for up to this many seconds (Celery's soft
+# shutdown; scripts/worker.sh maps SIGTERM to it), then stops it: its message goes back to the
+# broker (acks_late) and its runs are released (runs.leases.release_dead_local).
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("AGENTCONSOLE_WORKER_SHUTDOWN_S", "10"))
+
+# Health and metrics (agentconsole/health.py, agentconsole/metrics.py). Each worker writes a
+# heartbeat this often; /readyz wants one younger than the maximum age.
+AGENTCONSOLE_WORKER_HEARTBEAT_S = float(os.environ.get("AGENTCONSOLE_WORKER_HEARTBEAT_S", "5"))
+AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S = float(
+    os.environ.get("AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S", "30")
+)
+# How long /readyz waits for each dependency before calling it down.
+AGENTCONSOLE_READY_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_READY_TIMEOUT_S", "2"))
+# /metrics: `Authorization: Bearer <this>` (Prometheus), or a signed-in operator/admin. Unset:
+# operators and admins only (session or API token).
+AGENTCONSOLE_METRICS_TOKEN = os.environ.get("AGENTCONSOLE_METRICS_TOKEN", "")
+
+# Logs: LOG_FORMAT=json writes one JSON object per line with run_id (and trace ids once tracing
+# is on) where known (agentconsole/logs.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
+LOGGING["filters"] = {"run_context": {"()": "agentconsole.logs.RunContextFilter"}}
+LOGGING["formatters"]["json"] = {"()": "agentconsole.logs.JsonFormatter"}  # type: ignore[index]
+LOGGING["handlers"]["console"]["filters"] = ["run_context"]  # type: ignore[index]
+if LOG_FORMAT == "json":
+    LOGGING["handlers"]["console"]["formatter"] = "json"  # type: ignore[index]

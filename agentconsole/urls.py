@@ -4,7 +4,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
-from agentconsole import auth, console
+from agentconsole import auth, console, health, metrics
 from agentconsole.errors import error_response
 
 
@@ -47,6 +47,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("agentconsole.api_urls")),
     path("healthz", healthz, name="healthz"),
+    # Readiness (database, broker, channel layer, a worker's heartbeat) and the Prometheus
+    # scrape (operators or the metrics token); agentconsole/health.py, agentconsole/metrics.py.
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
 ]
 # Errors outside DRF views (agentconsole/errors.py): JSON under /api/, a short page elsewhere.
 handler400 = "agentconsole.errors.bad_request"

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
+from agentconsole.metrics import StepTimingStore
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
@@ -212,7 +213,8 @@ def planner_for(
 
 
 def store(lease_owner: str | None = None) -> OrmRunStore:
-    return OrmRunStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
+    # The ORM store, timing each planner step it commits for the metrics (agentconsole/metrics.py).
+    return StepTimingStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
 
 
 def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> ThreadExecutor:

@@ -29,9 +29,19 @@ def main() -> int:
     # Production settings: DEBUG logs every query (and caps the log), which skews what we measure.
     os.environ["DEBUG"] = "0"
     os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
+    # The bench talks plain HTTP to its own daphne on 127.0.0.1: no redirect to HTTPS.
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
     import django
 
     django.setup()
+    from django.conf import settings
+
+    # Console pages are rendered in-process with no collectstatic step: static URLs as in
+    # development (DEBUG=0 otherwise wants the hashed names of a collected manifest).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
     from django.core.management import call_command
     from django.db import connection, connections
 

@@ -39,6 +39,14 @@ BATCH = 200
 # Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API.
 NOT_AUTHENTICATED, NOT_FOUND, BAD_REQUEST, PERMISSION_DENIED = 4401, 4404, 4400, 4403
 
+# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
+# One event loop per daphne process runs every consumer, so plain integers need no lock.
+_open_clients = {"trace": 0, "console": 0}
+
+
+def open_clients() -> dict[str, int]:
+    return dict(_open_clients)
+
 
 def _after(scope: dict[str, Any]) -> int | None:
     raw = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("after", ["0"])[-1]
@@ -74,6 +82,13 @@ def _events_after(run_id: str, after: int) -> list[dict[str, Any]]:
     ]
 
 
+def _uncount(consumer: Any) -> None:
+    kind = getattr(consumer, "counted", None)
+    if kind is not None:  # counted once at accept, uncounted once
+        consumer.counted = None
+        _open_clients[kind] -= 1
+
+
 class RunTraceConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -94,11 +109,14 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
         # doorbell we already listen to, and the "after last" read picks it up.
         await self.channel_layer.group_add(run_group(self.run_id), self.channel_name)
         await self.accept()
+        self.counted = "trace"
+        _open_clients["trace"] += 1
         await self.catch_up()
         await self.send_json({"type": "replayed", "last_sequence": self.last})
         self.ticker = asyncio.create_task(self._tick())
 
     async def disconnect(self, code: int) -> None:
+        _uncount(self)
         ticker = getattr(self, "ticker", None)
         if ticker is not None:
             ticker.cancel()
@@ -156,10 +174,13 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         self.sent: dict[str, int] | None = None
         await self.channel_layer.group_add(CONSOLE_GROUP, self.channel_name)
         await self.accept()
+        self.counted = "console"
+        _open_clients["console"] += 1
         await self.push()
         self.ticker = asyncio.create_task(self._tick())
 
     async def disconnect(self, code: int) -> None:
+        _uncount(self)
         ticker = getattr(self, "ticker", None)
         if ticker is not None:
             ticker.cancel()

@@ -2,14 +2,47 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
+from types import FrameType
 
 import django
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_the_worker() -> None:
+    """Stop this child and its whole process group (the tool's own children) when the worker
+    process that started it dies: stopped at the end of its shutdown bound, or killed. The
+    child runs in a session of its own, so no signal to the worker's group reaches it, and an
+    orphan would run on with nobody to read its answer; its ledger row stays ``started`` and
+    the next worker settles it, as after a crash.
+
+    Linux only (prctl); elsewhere the tool's deadline still ends it. SIGUSR2, not SIGKILL: the
+    kernel sends the signal to this process only, and the handler takes the group down.
+    """
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        os.killpg(0, signal.SIGKILL)
+
+    signal.signal(signal.SIGUSR2, stop)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGUSR2)
+    except (OSError, AttributeError):
+        return
+    # The worker may have died between starting us and the prctl: then we already have
+    # another parent, and no signal will come.
+    parent = os.environ.get("AGENTCONSOLE_ISOLATION_PARENT")
+    if parent is not None and parent != str(os.getppid()):
+        stop(signal.SIGUSR2, None)
+
 
 def main() -> int:
+    _die_with_the_worker()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
     django.setup()
 

@@ -64,6 +64,9 @@ def run_isolated(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group: a hard stop takes its children too
+        # Its own session also means a signal to the worker's group never reaches it: the child
+        # asks the kernel to be told when this process dies (runs/isolated_child.py).
+        env={**os.environ, PARENT_ENV: str(os.getpid())},
     )
     if proc.stdin is not None:  # always, with stdin=PIPE
         # The child reads all of stdin before it writes a byte, so this cannot block on it.
@@ -88,6 +91,9 @@ def run_isolated(
         return ToolOutcome.model_validate_json(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return ToolOutcome.failed("TOOL_CHILD_FAILED", "no outcome from the child", retryable=False)
+
+
+PARENT_ENV = "AGENTCONSOLE_ISOLATION_PARENT"
 
 
 def _collect(proc: subprocess.Popen[bytes], ctx: ToolContext) -> tuple[bytes, str | None]:

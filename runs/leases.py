@@ -13,12 +13,13 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import connections
 from django.db.models import Q
+from django.dispatch import Signal
 
 from policy.domain.contracts import CancelSignal
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
@@ -26,6 +27,11 @@ from runs.domain.machine import Status
 from runs.models import Run
 
 log = logging.getLogger(__name__)
+
+# Sent with ``run_ids`` when runs are taken from a worker that stopped renewing their leases:
+# a worker took an expired lease, or ``release_dead_local`` freed the leases of dead processes.
+# The metrics count takeovers from it (agentconsole/metrics.py).
+lease_taken_over = Signal()
 
 
 def lease_ttl() -> timedelta:
@@ -58,13 +64,27 @@ def lease_acquire(
     if handed_back is not None:
         claimable = Q(lease_owner=handed_back)
     else:
-        claimable = Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now) | Q(lease_owner=owner)
+        # Free, ours, or a hand-back name that expired (on purpose: ``lease_hand_back``).
+        claimable = (
+            Q(lease_owner__isnull=True)
+            | Q(lease_owner=owner)
+            | Q(lease_owner__startswith=HANDED_BACK, lease_expires_at__lt=now)
+        )
     # The race: two workers read "free" at once; the WHERE clause makes one UPDATE match.
     taken = (
         Run.objects.filter(pk=run_id)
         .filter(claimable)
         .update(lease_owner=owner, lease_expires_at=now + lease_ttl())
     )
+    if taken or handed_back is not None:
+        return taken == 1
+    # Held by another worker: take it only if that worker stopped renewing (it died or hung).
+    # A second UPDATE, only on this path, so that a takeover is counted apart (metrics).
+    taken = Run.objects.filter(pk=run_id, lease_expires_at__lt=now).update(
+        lease_owner=owner, lease_expires_at=now + lease_ttl()
+    )
+    if taken:
+        lease_taken_over.send(sender=Run, run_ids=[run_id])
     return taken == 1
 
 
@@ -124,3 +144,50 @@ def watch_tool(
     finally:
         done.set()
         thread.join(2)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, belongs to someone else
+        return True
+    return True
+
+
+# Leases looked at per call: a host holds at most a few (one per pool process); bounded anyway.
+RELEASE_BATCH = 1000
+
+
+def release_dead_local(
+    *, host: str | None = None, pid_alive: Callable[[int], bool] = _pid_alive
+) -> list[str]:
+    """Release the leases held by processes of this host that no longer exist; their run ids.
+
+    A worker calls it when it starts (a predecessor on this host was killed) and when it stops
+    (after its pool processes ended, including one stopped mid-step at the end of the shutdown
+    bound). The run is then free at once for the redelivered message or the sweeper, instead
+    of after the lease's expiry. Owners are ``host:pid:nonce`` (``new_owner``): this needs a
+    hostname per machine (or container) that no other worker host shares.
+
+    The race: a process that is alive is never touched; a dead one cannot renew, and the
+    conditional UPDATE on the exact owner releases nothing if another worker took the run
+    meanwhile.
+    """
+    host = host or socket.gethostname()
+    held = Run.objects.filter(lease_owner__startswith=f"{host}:").values_list("id", "lease_owner")
+    released = []
+    for run_id, owner in held[:RELEASE_BATCH]:
+        parts = (owner or "").split(":")
+        pid = parts[1] if len(parts) >= 3 else ""
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        if Run.objects.filter(pk=run_id, lease_owner=owner).update(
+            lease_owner=None, lease_expires_at=None
+        ):
+            released.append(run_id)
+    if released:
+        log.warning("released the leases of dead processes on %s: %s", host, released)
+        lease_taken_over.send(sender=Run, run_ids=released)
+    return released

@@ -12,6 +12,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
+from policy.log_context import run_context
 from runs import services
 from runs.sweeper import sweep as run_sweep
 
@@ -24,12 +25,14 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
     # other keys must route runs.advance_run in the worker too). A lost hand-back message only
     # delays the run until the sweeper requeues it.
     queue = (self.request.delivery_info or {}).get("routing_key") or None
-    state = services.run_advance(
-        run_id=run_id,
-        slice_steps=settings.AGENTCONSOLE_WORKER_SLICE_STEPS,
-        queue=queue,
-        handed_back=handed_back,
-    )
+    # Every log line written while this run advances names it (policy.log_context).
+    with run_context(run_id):
+        state = services.run_advance(
+            run_id=run_id,
+            slice_steps=settings.AGENTCONSOLE_WORKER_SLICE_STEPS,
+            queue=queue,
+            handed_back=handed_back,
+        )
     # None: another worker holds the run's lease and advances it; this one leaves it alone.
     return state.status.value if state is not None else "leased-elsewhere"
 

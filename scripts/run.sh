@@ -20,20 +20,26 @@ if ((!debug)); then
 fi
 
 pids=()
+# Each process below is the leader of its own process group (job control), so the cleanup can
+# stop a whole group, pool processes and tool children included, and nothing outlives this
+# script. A SIGTERM sent to this script's group reaches only this script, which forwards exactly
+# one SIGTERM to each group: a second one would cut the worker's shutdown bound short.
+set -m
 cleanup() {
     trap - EXIT INT TERM
     if ((${#pids[@]})); then
-        kill -TERM "${pids[@]}" 2>/dev/null || true
-        # Warm shutdown lets a running task finish (an idle worker needs ~8 s); then force it.
-        for _ in $(seq 1 150); do
+        for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+        # The worker lets a running task finish for up to AGENTCONSOLE_WORKER_SHUTDOWN_S (10 s);
+        # past the bound plus a margin, force every group.
+        for _ in $(seq 1 200); do
             alive=0
             for pid in "${pids[@]}"; do
-                kill -0 "$pid" 2>/dev/null && alive=1
+                kill -0 -- "-$pid" 2>/dev/null && alive=1
             done
             ((alive)) || break
             sleep 0.1
         done
-        kill -KILL "${pids[@]}" 2>/dev/null || true
+        for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
         wait "${pids[@]}" 2>/dev/null || true
     fi
 }
@@ -42,10 +48,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # -B: the periodic sweeper runs inside this one worker (embedded mode has a single worker).
-"$BIN/celery" -A agentconsole worker -B -s var/celerybeat-schedule -l info --concurrency 2 \
-    --pool prefork &
+scripts/worker.sh -B -s var/celerybeat-schedule &
 pids+=($!)
-"$BIN/daphne" -b 127.0.0.1 -p "$PORT" agentconsole.asgi:application &
+PORT="$PORT" scripts/web.sh &
 pids+=($!)
 
 echo

@@ -1,4 +1,4 @@
-"""``AGENTCONSOLE_MODEL_ENDPOINTS`` from the environment (agentconsole/settings.py): one endpoint
+"""``AGENTCONSOLE_MODEL_ENDPOINTS`` from the environment (agentconsole/env.py): one endpoint
 from the short variables, several from JSON, each key from its own variable, never inline."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentconsole import settings as project_settings
+from agentconsole import env
 
 
 def test_one_endpoint_from_the_short_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,7 +16,7 @@ def test_one_endpoint_from_the_short_variables(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("AGENTCONSOLE_MODEL_NAME", "llama3.1")
     monkeypatch.setenv("AGENTCONSOLE_MODEL_API_KEY", "k-1")
     monkeypatch.setenv("AGENTCONSOLE_MODEL_ENDPOINT", "ollama")
-    assert project_settings._model_endpoints() == {
+    assert env.model_endpoints() == {
         "ollama": {
             "base_url": "http://127.0.0.1:11434/v1",
             "api_key": "k-1",
@@ -36,7 +36,7 @@ def test_several_endpoints_from_json_with_keys_from_their_own_variables(
         "hosted": {"base_url": "https://api.example/v1", "model": "m", "api_key_env": "HOSTED_KEY"},
     }
     monkeypatch.setenv("AGENTCONSOLE_MODEL_ENDPOINTS", json.dumps(spec))
-    endpoints = project_settings._model_endpoints()
+    endpoints = env.model_endpoints()
     assert endpoints["hosted"]["api_key"] == "k-2"
     assert "api_key_env" not in endpoints["hosted"]
     assert endpoints["vllm"]["api_key"] == ""
@@ -54,4 +54,4 @@ def test_several_endpoints_from_json_with_keys_from_their_own_variables(
 def test_a_bad_endpoint_setting_fails_at_startup(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("AGENTCONSOLE_MODEL_ENDPOINTS", raw)
     with pytest.raises(RuntimeError, match="AGENTCONSOLE_MODEL_ENDPOINTS"):
-        project_settings._model_endpoints()
+        env.model_endpoints()

@@ -228,9 +228,12 @@ def cluster(
     concurrency: int = 1,
     extra_env: dict[str, str] | None = None,
     output_root: Path | None = None,
+    via_script: bool = False,
 ) -> Iterator[Cluster]:
     """``workers`` Celery worker processes on one fresh queue; everything stopped at the end.
-    With ``output_root``, the workers write run output there (``AGENTCONSOLE_RUN_OUTPUT_ROOT``)."""
+    With ``output_root``, the workers write run output there (``AGENTCONSOLE_RUN_OUTPUT_ROOT``).
+    ``via_script``: started as production starts them, by scripts/worker.sh (its signal
+    handling), with this cluster's queue, name and concurrency."""
     tag = uuid.uuid4().hex[:12]
     queue = f"agentconsole-{name}-{tag}"
     env = {
@@ -245,11 +248,17 @@ def cluster(
     }
     transport_options = _filesystem_broker(tmp_path_factory, env)
     celery = str(Path(sys.executable).with_name("celery"))
+    env.setdefault("AGENTCONSOLE_BIN", str(Path(sys.executable).parent))
     c = Cluster(queue=queue, tag=tag, env=env, output_root=output_root)
     try:
         for i in range(workers):
+            start = (
+                [str(BASE_DIR / "scripts" / "worker.sh")]
+                if via_script
+                else [celery, "-A", "agentconsole", "worker", "--pool", "prefork"]
+            )
             command = [
-                celery, "-A", "agentconsole", "worker", "--pool", "prefork",
+                *start,
                 "--concurrency", str(concurrency), "-l", "info", "-Q", queue,
                 "-n", f"w{i}-{queue}@%h",
                 # No cluster chatter: these workers must not talk to (or wait for) anyone else's.

@@ -1,0 +1,101 @@
+"""Settings that are data, read as JSON from the environment (agentconsole/settings.py).
+
+``NAME`` holds the JSON, or ``NAME_FILE`` names a file that does (a file the secret store mounts:
+its content never shows in a process listing's environment). An error names the variable and a
+position, never the content: it may hold secrets. Plain Python: settings import it before Django
+is set up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def json_from_env(name: str) -> Any:
+    raw = os.environ.get(name, "").strip()
+    path = os.environ.get(f"{name}_FILE", "").strip()
+    if path:
+        raw = Path(path).read_text(encoding="utf-8").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"{name} must be JSON: line {exc.lineno} column {exc.colno}") from None
+
+
+def tool_secrets(name: str = "AGENTCONSOLE_TOOL_SECRETS") -> dict[str, dict[str, str]] | None:
+    """``{"tool_name": {"secret_name": "value"}}``: what the executor injects into each tool."""
+    value = json_from_env(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+        isinstance(v, dict) and all(isinstance(x, str) for x in v.values()) for v in value.values()
+    ):
+        raise RuntimeError(f"{name} must map tool names to {{name: string}}")
+    return value
+
+
+def memory_keys(name: str = "AGENTCONSOLE_MEMORY_KEYS") -> list[dict[str, Any]] | None:
+    """The memory key whitelist; memory/policies.py checks each entry at start-up."""
+    value = json_from_env(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(k, dict) for k in value):
+        raise RuntimeError(f"{name} must be a JSON list of key objects")
+    return value
+
+
+def json_list(name: str) -> list[str]:
+    """A JSON list of strings (unset: empty)."""
+    value = json_from_env(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RuntimeError(f"{name} must be a JSON list of strings")
+    return value
+
+
+def json_dict(name: str) -> dict[str, str]:
+    """A JSON object of strings (unset: empty); the values may be secrets."""
+    value = json_from_env(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise RuntimeError(f"{name} must be a JSON object of strings")
+    return value
+
+
+def model_endpoints() -> dict[str, dict[str, Any]]:
+    raw = os.environ.get("AGENTCONSOLE_MODEL_ENDPOINTS", "").strip()
+    try:
+        configured = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object: {exc}") from None
+    if not isinstance(configured, dict):
+        raise RuntimeError("AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object")
+    out: dict[str, dict[str, Any]] = {}
+    allowed = {"base_url", "model", "timeout_s", "max_attempts", "max_output_tokens", "api_key_env"}
+    for name, spec in configured.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("base_url"), str):
+            raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] needs a base_url")
+        if set(spec) - allowed:
+            # "api_key" included: a key goes in its own variable, named by "api_key_env".
+            raise RuntimeError(
+                f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] takes only {', '.join(sorted(allowed))}"
+            )
+        key_env = spec.get("api_key_env")
+        out[name] = {k: v for k, v in spec.items() if k != "api_key_env"}
+        out[name]["api_key"] = os.environ.get(key_env, "") if key_env else ""
+    base_url = os.environ.get("AGENTCONSOLE_MODEL_BASE_URL", "").strip()
+    if base_url:
+        out[os.environ.get("AGENTCONSOLE_MODEL_ENDPOINT", "default").strip() or "default"] = {
+            "base_url": base_url,
+            "api_key": os.environ.get("AGENTCONSOLE_MODEL_API_KEY", ""),
+            "model": os.environ.get("AGENTCONSOLE_MODEL_NAME", ""),
+            "timeout_s": float(os.environ.get("AGENTCONSOLE_MODEL_TIMEOUT_S", "60")),
+        }
+    return out

@@ -1,0 +1,300 @@
+"""Prometheus metrics at ``/metrics`` (access-controlled), computed at scrape time.
+
+Web and worker processes run on different hosts, so nothing is counted in one process's memory
+where the database already knows it. Per scrape (whichever web process Prometheus reaches):
+
+- 4 SQL queries (PostgreSQL is the truth): runs by status; pending confirmations with the
+  oldest one's age; unresolved handoffs by status; tool calls by tool and ledger status.
+  Each is one aggregate (GROUP BY or COUNT/MIN) returning a handful of rows; the first and the
+  last scan their tables, which is fine for millions of rows at a scrape every 15-60 s.
+- 1 broker round trip: the depth of the run queue (a Redis LLEN; a folder count embedded).
+- 1 Redis round trip (with ``REDIS_URL``): the step latency histogram and the lease takeover
+  counter, which workers on every host add to (``HINCRBY``/``HINCRBYFLOAT`` on one hash).
+- The websocket clients of *this* web process (a gauge per process: scrape every web process,
+  or sum them over the instances).
+
+Step latency is observed by the worker's run store (``StepTimingStore``): the wall time from
+one planner step's commit to the next one's within one advance, i.e. plan, gate, tool and
+settle of a step. Without Redis (the embedded deployment) the histogram and the counter stay
+empty.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+from rest_framework.exceptions import AuthenticationFailed
+
+from agentconsole.auth import ExpiringTokenAuthentication
+from agentconsole.celery import app as celery_app
+from policy.models import Confirmation
+from policy.roles import is_operator
+from runs import consumers
+from runs import models as m
+from runs.domain.handoff import HandoffStatus
+from runs.domain.state import RunState
+from runs.leases import lease_taken_over
+from runs.store import OrmRunStore
+
+log = logging.getLogger(__name__)
+
+REDIS_KEY = "agentconsole:metrics"
+# Seconds; a step is a planner call plus, usually, one tool call.
+STEP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_INF = "+Inf"
+
+
+def _redis() -> redis.Redis | None:
+    if not settings.REDIS_URL:
+        return None
+    timeout = settings.AGENTCONSOLE_READY_TIMEOUT_S
+    return redis.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+
+
+_client: redis.Redis | None = None
+
+
+def shared() -> redis.Redis | None:
+    """One client per process (it pools its connections)."""
+    global _client  # a per-process connection pool
+    if _client is None:
+        _client = _redis()
+    return _client
+
+
+# --- What workers add (any host) ----------------------------------------------------------
+
+
+def observe_step_latency(seconds: float) -> None:
+    client = shared()
+    if client is None:
+        return
+    bucket = next((str(b) for b in STEP_BUCKETS if seconds <= b), _INF)
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            pipe.hincrby(REDIS_KEY, f"step_bucket:{bucket}", 1)
+            pipe.hincrbyfloat(REDIS_KEY, "step_sum", seconds)
+            pipe.execute()
+    except redis.RedisError as exc:  # a lost sample, never a failed step
+        log.debug("step latency not recorded: %s", exc.__class__.__name__)
+
+
+def on_lease_taken_over(sender: Any = None, run_ids: list[str] | None = None, **_: Any) -> None:
+    client = shared()
+    if client is None or not run_ids:
+        return
+    try:
+        client.hincrby(REDIS_KEY, "lease_takeovers", len(run_ids))
+    except redis.RedisError as exc:
+        log.debug("lease takeover not counted: %s", exc.__class__.__name__)
+
+
+lease_taken_over.connect(on_lease_taken_over, dispatch_uid="agentconsole-metrics-takeovers")
+
+
+class StepTimingStore(OrmRunStore):
+    """The worker's run store, timing each planner step (between two step commits)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._marks: dict[str, tuple[int, float]] = {}  # run id -> (step, when it began)
+
+    def load(self, run_id: str) -> RunState:
+        state = super().load(run_id)
+        # The first load of an advance starts the clock of its first step.
+        self._marks.setdefault(run_id, (state.step, time.monotonic()))
+        return state
+
+    def apply(self, commit: Any, *, decided_by: Any = None) -> RunState:
+        state = super().apply(commit, decided_by=decided_by)
+        mark = self._marks.get(state.run_id)
+        if mark is not None and state.step > mark[0]:
+            now = time.monotonic()
+            observe_step_latency(now - mark[1])
+            self._marks[state.run_id] = (state.step, now)
+        return state
+
+
+# --- What a scrape reads --------------------------------------------------------------------
+
+
+def queue_depth() -> int:
+    """Messages waiting in the run queue (the default queue) at the broker."""
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    timeout = settings.AGENTCONSOLE_READY_TIMEOUT_S
+    with celery_app.connection_for_read() as conn:
+        conn.ensure_connection(
+            max_retries=1, interval_start=0, interval_step=0, timeout=math.ceil(timeout)
+        )
+        channel: Any = conn.default_channel
+        try:
+            _name, count, _consumers = channel.queue_declare(queue=queue, passive=True)
+        except conn.channel_errors:  # not declared yet: no worker ever started, nothing queued
+            return 0
+        return int(count)
+
+
+class StateCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield from self._runs()
+        yield from self._confirmations()
+        yield from self._handoffs()
+        yield from self._tools()
+        yield from self._queue()
+        yield from self._shared()
+        clients = GaugeMetricFamily(
+            "agentconsole_websocket_clients",
+            "Open websockets of this web process, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(consumers.open_clients().items()):
+            clients.add_metric([kind], n)
+        yield clients
+
+    def _runs(self) -> Iterator[Metric]:
+        runs = GaugeMetricFamily("agentconsole_runs", "Runs by status.", labels=["status"])
+        for row in m.Run.objects.order_by().values("status").annotate(n=Count("id")):
+            runs.add_metric([row["status"]], row["n"])
+        yield runs
+
+    def _confirmations(self) -> Iterator[Metric]:
+        pending = Confirmation.objects.filter(status="pending").aggregate(
+            n=Count("id"), oldest=Min("requested_at")
+        )
+        yield GaugeMetricFamily(
+            "agentconsole_pending_confirmations",
+            "Confirmations waiting for a person.",
+            value=pending["n"],
+        )
+        oldest = pending["oldest"]
+        age = (timezone.now() - oldest).total_seconds() if oldest else 0.0
+        yield GaugeMetricFamily(
+            "agentconsole_oldest_pending_confirmation_age_seconds",
+            "Age of the oldest pending confirmation (0 when none).",
+            value=age,
+        )
+
+    def _handoffs(self) -> Iterator[Metric]:
+        handoffs = GaugeMetricFamily(
+            "agentconsole_open_handoffs", "Unresolved handoffs, by status.", labels=["status"]
+        )
+        counts = dict.fromkeys((HandoffStatus.OPEN.value, HandoffStatus.CLAIMED.value), 0)
+        rows = (
+            m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED.value)
+            .order_by()
+            .values("status")
+            .annotate(n=Count("id"))
+        )
+        counts.update({row["status"]: row["n"] for row in rows})
+        for status, n in sorted(counts.items()):
+            handoffs.add_metric([status], n)
+        yield handoffs
+
+    def _tools(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily(
+            "agentconsole_tool_calls",
+            "Tool calls by tool and ledger status (started = not settled yet).",
+            labels=["tool", "status"],
+        )
+        rows = (
+            m.LedgerEntry.objects.order_by().values("tool_name", "status").annotate(n=Count("id"))
+        )
+        for row in rows:
+            calls.add_metric([row["tool_name"], row["status"]], row["n"])
+        yield calls
+
+    def _queue(self) -> Iterator[Metric]:
+        try:
+            depth: float = queue_depth()
+        except Exception as exc:  # the broker away: say so with NaN, keep the other metrics
+            log.warning("queue depth unavailable: %s", exc.__class__.__name__)
+            depth = float("nan")
+        yield GaugeMetricFamily(
+            "agentconsole_queue_depth", "Messages waiting in the run queue.", value=depth
+        )
+
+    def _shared(self) -> Iterator[Metric]:
+        values: dict[bytes, bytes] = {}
+        client = shared()
+        if client is not None:
+            try:
+                values = client.hgetall(REDIS_KEY)  # type: ignore[assignment]
+            except redis.RedisError as exc:
+                log.warning("shared metrics unavailable: %s", exc.__class__.__name__)
+        fields = {k.decode(): v.decode() for k, v in values.items()}
+        yield CounterMetricFamily(
+            "agentconsole_lease_takeovers",
+            "Runs taken from a worker that stopped renewing their lease (died or hung).",
+            value=int(fields.get("lease_takeovers", 0)),
+        )
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound in [*map(str, STEP_BUCKETS), _INF]:
+            cumulative += int(fields.get(f"step_bucket:{bound}", 0))
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(
+            "agentconsole_step_latency_seconds",
+            "Wall time of one planner step in a worker (plan, gate, tool, settle).",
+            buckets=buckets,
+            sum_value=float(fields.get("step_sum", 0.0)),
+        )
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(StateCollector())
+
+
+def _allowed(request: HttpRequest) -> int:
+    """200 if the caller may scrape, else 401 (who are you?) or 403 (not you)."""
+    header = request.headers.get("Authorization", "")
+    token = settings.AGENTCONSOLE_METRICS_TOKEN
+    if token and header.startswith("Bearer "):
+        given = header.removeprefix("Bearer ").strip()
+        return 200 if hmac.compare_digest(given.encode(), token.encode()) else 401
+    user: Any = request.user
+    if header.startswith("Token "):
+        try:
+            found = ExpiringTokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+        except AuthenticationFailed:
+            return 401
+        user = found[0] if found else None
+    if user is None or not user.is_authenticated:
+        return 401
+    return 200 if is_operator(user) else 403  # operators and admins
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    status = _allowed(request)
+    if status != 200:
+        response = HttpResponse(
+            "metrics need an operator's session or token, or the metrics bearer token\n",
+            status=status,
+            content_type="text/plain",
+        )
+        if status == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

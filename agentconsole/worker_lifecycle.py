@@ -1,0 +1,65 @@
+"""What a worker process does when it starts and stops (connected in agentconsole/celery.py).
+
+Start (``worker_ready``, in the main process): release the leases that dead processes of this
+host still hold (a predecessor killed with SIGKILL), then beat every
+``AGENTCONSOLE_WORKER_HEARTBEAT_S`` (agentconsole/heartbeat.py) so /readyz sees a worker.
+
+Stop (``worker_shutdown`` after a warm shutdown; at interpreter exit after a cold one, which
+Celery ends without that signal; in the main process, after the pool processes ended): stop the
+heartbeat and remove it, then release the leases of this host's dead processes: a task stopped
+at the end of the shutdown bound leaves its run to the next worker at once (its message went back
+to the broker: acks_late), not only after the lease expires.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+
+from agentconsole import heartbeat
+from runs.leases import release_dead_local
+
+log = logging.getLogger(__name__)
+
+_beating: heartbeat.HeartbeatThread | None = None
+# The main process's pid: a pool process forked later inherits the atexit hook, and must not
+# release anything (billiard ends its processes with os._exit, but do not rely on it).
+_main_pid: int | None = None
+
+
+def _release() -> None:
+    try:
+        release_dead_local()
+    except Exception as exc:  # the database away at shutdown: the lease expires by itself
+        log.warning("could not release the leases of dead processes: %s", exc.__class__.__name__)
+    finally:
+        connections.close_all()
+
+
+def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    global _beating, _main_pid  # one heartbeat per worker main process
+    _main_pid = os.getpid()
+    atexit.register(on_worker_shutdown)
+    _release()
+    name = getattr(sender, "hostname", None) or "worker"
+    _beating = heartbeat.HeartbeatThread(
+        name=str(name),
+        beats=heartbeat.store(),
+        interval_s=settings.AGENTCONSOLE_WORKER_HEARTBEAT_S,
+    )
+    _beating.start()
+
+
+def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    global _beating
+    if os.getpid() != _main_pid:
+        return
+    if _beating is not None:
+        _beating.stop()
+        _beating = None
+    _release()
