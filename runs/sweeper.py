@@ -3,7 +3,8 @@
 1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
    waiting), and their pending confirmation → expired.
 2. Active runs (created, running, cancelling) with no live lease that are stale, overdue, or
-   hold a ``started`` ledger row (a worker died mid-tool) → enqueued again. The worker that
+   hold a ``started`` ledger row (a worker died mid-tool) → marked as re-sent for
+   ``STALE_AFTER`` (``lease_reserve_for_resend``) and enqueued again. The worker that
    takes the lease recovers the ledger row first (reconcile, or re-execute under the same
    token, or handoff) and continues from the authoritative state.
 
@@ -25,6 +26,7 @@ from runs.domain import lifecycle
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
+from runs.leases import lease_reserve_for_resend
 
 STALE_AFTER = timedelta(seconds=30)
 BATCH = 500
@@ -73,6 +75,11 @@ def sweep(
         .values_list("id", flat=True)[:BATCH]
     )
     for run_id in stranded:
+        # One message per stranded run per STALE_AFTER: a run waiting in a queue longer than
+        # that used to be re-sent on every sweep, so a backlog fed itself without bound (the
+        # soak, ``make soak``, found it: 200 runs, 3 workers killed at random).
+        if not lease_reserve_for_resend(run_id=run_id, hold=STALE_AFTER, clock=clock):
+            continue  # a worker took the run meanwhile
         report.requeued.append(run_id)
         if enqueue:
             services.enqueue_advance(run_id, queue=queue)

@@ -24,6 +24,8 @@ TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 # Waiting for a person: a confirmation to decide. (A run stopped with an open handoff is terminal,
 # ``failed``, and waits for a reviewer too; it is counted with the terminal runs.)
 WAITING_VALUES = frozenset({Status.WAITING_CONFIRMATION.value})
+# Neither: a worker should be advancing the run.
+ACTIVE_VALUES = [Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]
 WRITE_TOOLS = ("soak_write", "soak_write_blind")
 # Ledger rows of a write that say the effect happened (the log must then hold exactly one line).
 EFFECT_PRESENT = frozenset({LedgerStatus.SUCCEEDED.value, LedgerStatus.RECONCILED.value})
@@ -142,20 +144,18 @@ def leases_live(run_ids: Collection[str], live_pids: Collection[int]) -> Check:
     ).values_list("id", "lease_owner")
     offenders = []
     for run_id, owner in held:
-        if owner.startswith(HANDED_BACK):
+        if owner is None or owner.startswith(HANDED_BACK):
             continue
-        pid = _pid(owner)
+        pid = owner_pid(owner)
         if pid not in live_pids:
             offenders.append(f"{run_id}: held by {owner} (dead)")
     return _check("no lease held by a dead worker", offenders)
 
 
-def _pid(owner: str) -> int | None:
-    parts = owner.split(":")
-    try:
-        return int(parts[-2]) if len(parts) >= 3 else None
-    except ValueError:
-        return None
+def owner_pid(owner: str | None) -> int | None:
+    """The pid in a lease owner ``host:pid:nonce`` (``runs.leases.new_owner``)."""
+    parts = (owner or "").split(":")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 
 
 def _fmt(counts: Counter[str]) -> str:

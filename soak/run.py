@@ -22,26 +22,25 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, percentile, private_database
 from soak import stack as procs
+from soak.kills import Kill, kill_phase, recoveries
+from soak.stack import SoakError
+from soak.traffic import POLL_S, Api, Approver, create_runs
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
-HTTP_TIMEOUT_S = 30
-POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,6 @@ class Config:
         )
 
 
-class SoakError(Exception):
-    """The soak could not run (no PostgreSQL, a process that does not start, …)."""
-
-
 # --- preconditions ---------------------------------------------------------------------------
 
 
@@ -107,232 +102,6 @@ def servers(env: dict[str, str]) -> tuple[str, str]:
     finally:
         client.close()
     return database_url, redis_url
-
-
-# --- HTTP --------------------------------------------------------------------------------------
-
-
-class Api:
-    """The soak's HTTP client: an operator token, requests spread over the web processes."""
-
-    def __init__(self, ports: list[int], token: str) -> None:
-        self.ports = ports
-        self.token = token
-        self._next = 0
-        self._lock = threading.Lock()
-        self.requests: dict[int, int] = dict.fromkeys(ports, 0)
-
-    def _port(self) -> int:
-        with self._lock:
-            port = self.ports[self._next % len(self.ports)]
-            self._next += 1
-            self.requests[port] += 1
-        return port
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-        url = f"http://127.0.0.1:{self._port()}{path}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            url,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-
-# --- runs --------------------------------------------------------------------------------------
-
-
-def run_body(i: int, kind: str, rng: random.Random, hold_ms: int) -> dict[str, Any]:
-    """One run's definition (fixture planner): reads and, for ``approve`` and ``blind`` runs, a
-    write to the external log between them; then a final answer citing the first read."""
-
-    def hold() -> int:
-        return rng.randint(hold_ms // 2, hold_ms * 3 // 2)
-
-    def read(n: int) -> dict[str, Any]:
-        entry = f"r{i}-read{n}"
-        return {"tool_name": "soak_read", "arguments": {"entry": entry, "hold_ms": hold()}}
-
-    def write(tool: str) -> dict[str, Any]:
-        # The hold split around the effect: a kill may land before it, or after it while the
-        # answer is still on its way (the effect happened, the ledger does not know yet).
-        total = hold()
-        before = rng.randint(0, total)
-        arguments = {"entry": f"r{i}-{tool}", "before_ms": before, "after_ms": total - before}
-        return {"tool_name": tool, "arguments": arguments}
-
-    calls = {
-        "approve": [read(1), write("soak_write"), read(2)],
-        "blind": [read(1), write("soak_write_blind"), read(2)],
-        "reads": [read(1), read(2), read(3)],
-    }[kind]
-    outputs: list[dict[str, Any]] = [
-        {"kind": "tool", "proposal_id": f"p{n + 1}", "tool_version": "1",
-         "reason_summary": "soak", "source_observation_ids": ["user-1"], **call}
-        for n, call in enumerate(calls)
-    ]  # fmt: skip
-    outputs.append({"kind": "final", "answer": f"soak run {i} done",
-                    "citation_observation_ids": ["tool-1"]})  # fmt: skip
-    return {
-        "goal": f"soak run {i} ({kind})",
-        "budgets": {"max_steps": len(outputs) + 2, "max_tool_calls": len(calls) + 1,
-                    "max_repeated_proposal": 2, "deadline_ms": 3_600_000},
-        "grants": [{"capability": "soak:use", "resource_scope": "*", "expires_at_step": 50}],
-        "planner": {"kind": "fixture", "outputs": outputs},
-    }  # fmt: skip
-
-
-KINDS = ("approve", "approve", "blind", "reads")
-
-
-def planned_write(i: int, kind: str) -> str | None:
-    """The ``entry`` of run ``i``'s write (``run_body``), None for a run that only reads."""
-    tool = {"approve": "soak_write", "blind": "soak_write_blind"}.get(kind)
-    return f"r{i}-{tool}" if tool else None
-
-
-def create_runs(api: Api, cfg: Config, rng: random.Random, hold_ms: int) -> dict[str, str | None]:
-    """Create ``cfg.runs`` runs through the API (8 at a time); {run_id: its planned write}."""
-    bodies = [(i, run_body(i, KINDS[i % len(KINDS)], rng, hold_ms)) for i in range(cfg.runs)]
-
-    def create(item: tuple[int, dict[str, Any]]) -> tuple[str, str | None]:
-        i, body = item
-        status, data = api.call("POST", "/api/runs/", body)
-        if status != 201:
-            raise SoakError(f"POST /api/runs/ answered {status}: {data}")
-        return data["run_id"], planned_write(i, KINDS[i % len(KINDS)])
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(pool.map(create, bodies))
-
-
-@dataclass
-class Approver:
-    """Approves every pending confirmation through HTTP until stopped (a thread)."""
-
-    api: Api
-    approved: int = 0
-    refused: dict[int, int] = field(default_factory=dict)  # status → count (a race: 409)
-    errors: list[str] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.once()
-            except (OSError, ValueError) as exc:  # a web process busy or restarting: retry
-                self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            self.stop.wait(POLL_S)
-
-    def once(self) -> int:
-        status, pending = self.api.call("GET", "/api/confirmations/?status=pending")
-        if status != 200:
-            self.errors.append(f"GET /api/confirmations/: {status}")
-            return 0
-        done = 0
-        for c in pending:
-            path = f"/api/confirmations/{c['confirmation_id']}/approve/"
-            body = {"proposal_hash": c["proposal_hash"], "reason": "soak: approved"}
-            status, _ = self.api.call("POST", path, body)
-            if status == 200:
-                self.approved += 1
-                done += 1
-            else:
-                self.refused[status] = self.refused.get(status, 0) + 1
-        return done
-
-
-# --- kills -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Kill:
-    at: float  # wall clock (time.time()), comparable with the database's timestamps
-    worker: str
-    generation: int
-    # run id → the run's last trace sequence once the worker was dead
-    held: dict[str, int] = field(default_factory=dict)
-
-
-def held_runs(pids: set[int]) -> list[str]:
-    """Active runs whose lease names one of ``pids`` (``host:pid:nonce``)."""
-    from runs import models as m
-
-    rows = m.Run.objects.filter(
-        lease_owner__isnull=False, status__in=["created", "running", "cancelling"]
-    ).values_list("id", "lease_owner")
-    return [run_id for run_id, owner in rows if _owner_pid(owner) in pids]
-
-
-def _owner_pid(owner: str) -> int | None:
-    parts = owner.split(":")
-    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
-
-
-def last_sequences(run_ids: list[str]) -> dict[str, int]:
-    from django.db.models import Max
-
-    from runs import models as m
-
-    rows = (
-        m.TraceEvent.objects.filter(run_id__in=run_ids)
-        .values("run_id")
-        .annotate(hi=Max("sequence"))
-        .values_list("run_id", "hi")
-    )
-    return dict(rows)
-
-
-def kill_one(stack: procs.Stack, rng: random.Random) -> Kill | None:
-    """SIGKILL one random listening worker (its process group) and restart it; None when no
-    worker listens (all are restarting)."""
-    ready = [w for w in stack.workers if w.ready()]
-    if not ready:
-        return None
-    victim = rng.choice(ready)
-    pids = victim.pids()
-    held_before = held_runs(pids)
-    kill = Kill(at=time.time(), worker=victim.name, generation=victim.generation)
-    procs.kill(victim)
-    # Sequences read once the worker is dead: nothing it committed can count as a recovery.
-    # A run it held that is already settled (it committed the last step, then died before
-    # releasing the lease) needs no recovery.
-    kill.held = {r: s for r, s in last_sequences(held_before).items() if _active(r)}
-    procs.restart(stack, victim)
-    return kill
-
-
-def _active(run_id: str) -> bool:
-    from runs import models as m
-
-    return m.Run.objects.filter(pk=run_id, status__in=["created", "running", "cancelling"]).exists()
-
-
-def recoveries(kills: list[Kill]) -> tuple[list[float], list[str]]:
-    """For each run a killed worker held: seconds from the kill to the run's next committed
-    trace event (another worker took it over and moved it on). Runs that never moved: lost."""
-    from runs import models as m
-
-    times, lost = [], []
-    for kill in kills:
-        for run_id, seq in kill.held.items():
-            nxt = (
-                m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=seq)
-                .order_by("sequence")
-                .values_list("created_at", flat=True)
-                .first()
-            )
-            if nxt is None:
-                lost.append(f"{run_id} (held by {kill.worker} killed at {kill.at:.1f})")
-            else:
-                times.append(max(0.0, nxt.timestamp() - kill.at))
-    return times, lost
 
 
 # --- the soak ----------------------------------------------------------------------------------
@@ -385,7 +154,7 @@ class Outcome:
 def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], None]) -> Outcome:
     tag = uuid.uuid4().hex[:8]
     queue = f"soak-{tag}"
-    url, drop = private_database(database_url)
+    url, drop = private_database(database_url, prefix="soak")
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
     out = workdir / "run-output"
     out.mkdir()
@@ -410,12 +179,14 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             call_command("migrate", verbosity=0)
             _, token = _user(f"soak-operator-{tag}", "operator")
             say(f"starting {cfg.webs} web, {cfg.workers} worker processes and beat")
-            stack = procs.start(exits, env, webs=cfg.webs, workers=cfg.workers, workdir=workdir)
+            stack = procs.start(
+                exits, env, webs=cfg.webs, workers=cfg.workers, workdir=workdir, prefix=queue
+            )
             api = Api(stack.web_ports, token)
             hold_ms = hold_for(cfg)
             say(f"creating {cfg.runs} runs through HTTP (tool calls ~{hold_ms} ms)")
             t_create = time.monotonic()
-            runs = create_runs(api, cfg, rng, hold_ms)
+            runs = create_runs(api, cfg.runs, rng, hold_ms)
             create_s = time.monotonic() - t_create
             approver = Approver(api)
             thread = threading.Thread(target=approver.loop, name="approver", daemon=True)
@@ -423,9 +194,12 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             exits.callback(thread.join, 10)
             exits.callback(approver.stop.set)
 
-            kills = kill_phase(cfg, stack, rng, say)
+            progress = Progress(redis_url, queue)
+            kills = kill_phase(
+                stack, rng, count=cfg.kills, seconds=cfg.seconds, say=say, status=progress
+            )
             say(f"{len(kills)} kills done; draining (up to {cfg.drain_s:.0f} s)")
-            drained_s = drain(cfg, stack, list(runs), say)
+            drained_s = drain(cfg, stack, list(runs), say, progress)
             approver.stop.set()
             thread.join(10)
             # Checked while the workers still live: their pids are the live ones.
@@ -443,6 +217,8 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
                 requests_per_web=list(api.requests.values()),
                 hold_ms=hold_ms,
                 effects=len(effects),
+                worker_restart_s=_spread([t for w in stack.workers for t in w.restart_s]),
+                queue_deepest=progress.deepest,
             )
             if not all(c.ok for c in results_checks):
                 results["logs"] = {w.name: w.proc.tail(20) for w in stack.workers}
@@ -456,29 +232,13 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def kill_phase(
-    cfg: Config, stack: procs.Stack, rng: random.Random, say: Callable[[str], None]
-) -> list[Kill]:
-    """``cfg.kills`` kills at random intervals (uniform, mean ``seconds / kills``)."""
-    kills: list[Kill] = []
-    mean = cfg.seconds / max(1, cfg.kills)
-    # Bounded: at worst twice the planned phase (kills wait while every worker restarts).
-    deadline = time.monotonic() + 2 * cfg.seconds + 60
-    next_report = time.monotonic() + 15
-    while len(kills) < cfg.kills and time.monotonic() < deadline:
-        time.sleep(rng.uniform(0, 2 * mean))
-        kill = kill_one(stack, rng)
-        if kill is not None:
-            kills.append(kill)
-        else:
-            time.sleep(0.2)
-        if time.monotonic() > next_report:
-            say(f"  {len(kills)}/{cfg.kills} kills, {_status_line()}")
-            next_report = time.monotonic() + 15
-    return kills
-
-
-def drain(cfg: Config, stack: procs.Stack, run_ids: list[str], say: Callable[[str], None]) -> float:
+def drain(
+    cfg: Config,
+    stack: procs.Stack,
+    run_ids: list[str],
+    say: Callable[[str], None],
+    progress: Progress,
+) -> float:
     """Wait until every run is terminal or waits for a person (bounded by ``drain_s``)."""
     from runs import models as m
     from soak.checks import TERMINAL_VALUES
@@ -491,19 +251,36 @@ def drain(cfg: Config, stack: procs.Stack, run_ids: list[str], say: Callable[[st
         if not unsettled.exists():
             break
         if time.monotonic() > next_report:
-            say(f"  draining: {_status_line()}")
+            say(f"  draining: {progress()}")
             next_report = time.monotonic() + 15
         time.sleep(POLL_S)
     return time.monotonic() - t0
 
 
-def _status_line() -> str:
-    from django.db.models import Count
+@dataclass
+class Progress:
+    """One line of progress: runs by status and the depth of the soak's queue (the deepest
+    seen is a result: a queue that keeps growing means the runs cannot keep up)."""
 
-    from runs import models as m
+    redis_url: str
+    queue: str
+    deepest: int = 0
 
-    rows = m.Run.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    return ", ".join(f"{s}={n}" for s, n in sorted(rows))
+    def __call__(self) -> str:
+        import redis
+        from django.db.models import Count
+
+        from runs import models as m
+
+        rows = m.Run.objects.values_list("status").annotate(n=Count("id")).values("status", "n")
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            depth = int(client.llen(self.queue))
+        finally:
+            client.close()
+        self.deepest = max(self.deepest, depth)
+        runs = ", ".join(f"{r['status']}={r['n']}" for r in sorted(rows, key=str))
+        return f"{runs}; queue {depth}"
 
 
 def summarize(
@@ -536,11 +313,7 @@ def summarize(
         "recoveries": len(times),
         "duplicates": duplicates,
         "lost": lost,
-        "recovery_s": {
-            "p50": round(percentile(times, 50), 2) if times else None,
-            "p99": round(percentile(times, 99), 2) if times else None,
-            "max": round(max(times), 2) if times else None,
-        },
+        "recovery_s": _spread(times),
         "statuses": statuses,
         "approvals": approver.approved,
         "approvals_refused": approver.refused,
@@ -556,6 +329,16 @@ def summarize(
             "sweep_interval_s": cfg.sweep_interval_s,
             "cpus": os.cpu_count(),
         },
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    return {
+        "p50": round(percentile(values, 50), 2),
+        "p99": round(percentile(values, 99), 2),
+        "max": round(max(values), 2),
     }
 
 
@@ -576,8 +359,18 @@ def print_table(results: dict[str, Any]) -> None:
             print(f"         {line}")
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM or SIGINT: stop once, through the cleanup (processes, database, Redis keys);
+    further signals are ignored so a second one cannot cut the cleanup short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     cfg = Config.from_env(dict(os.environ))
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
 
     def say(msg: str) -> None:
         print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)

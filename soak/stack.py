@@ -20,6 +20,10 @@ from bench.stack import START_TIMEOUT_S, _bin, _Proc, _start_daphne
 from tests.support.procs import group
 
 
+class SoakError(Exception):
+    """The soak could not run (no PostgreSQL, a process that does not start, …)."""
+
+
 @dataclass
 class Worker:
     """One worker slot: a Celery hostname and the process currently serving it."""
@@ -30,10 +34,20 @@ class Worker:
     proc: _Proc
     started_at: float = field(default_factory=time.monotonic)
     generation: int = 1
+    # Seconds from each restart until the new process listened (as first seen by ``ready``).
+    restart_s: list[float] = field(default_factory=list)
+    _seen_ready: bool = False
 
     def ready(self) -> bool:
         # "<name>@<host> ready." is logged at INFO once the consumer listens.
-        return self.proc.alive() and " ready." in self.proc.text()
+        if self._seen_ready:
+            return self.proc.alive()
+        if self.proc.alive() and " ready." in self.proc.text():
+            self._seen_ready = True
+            if self.generation > 1:
+                self.restart_s.append(time.monotonic() - self.started_at)
+            return True
+        return False
 
     def pids(self) -> set[int]:
         """The worker's whole process group: the main process and its prefork children."""
@@ -64,7 +78,13 @@ def _worker_argv(name: str) -> list[str]:
 
 
 def start(
-    stack: contextlib.ExitStack, env: dict[str, str], *, webs: int, workers: int, workdir: Path
+    stack: contextlib.ExitStack,
+    env: dict[str, str],
+    *,
+    webs: int,
+    workers: int,
+    workdir: Path,
+    prefix: str,
 ) -> Stack:
     """Start ``webs`` daphne processes, ``workers`` Celery workers and one beat; wait until the
     web processes answer and the workers listen."""
@@ -75,7 +95,8 @@ def start(
     stack.callback(beat.stop)
     slots = []
     for i in range(workers):
-        name = f"soak-w{i + 1}"
+        # The prefix names this soak's queue too: its Redis cleanup finds the workers' bindings.
+        name = f"{prefix}-w{i + 1}"
         argv = _worker_argv(name)
         proc = _Proc(name, argv, env)
         slots.append(Worker(name=name, argv=argv, env=env, proc=proc))
@@ -113,6 +134,7 @@ def restart(stack: Stack, worker: Worker) -> None:
     worker.proc = _Proc(worker.name, worker.argv, worker.env)
     worker.started_at = time.monotonic()
     worker.generation += 1
+    worker._seen_ready = False
 
 
 def stop_all(stack: Stack) -> None:
