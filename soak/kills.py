@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from soak import stack as procs
-from soak.checks import ACTIVE_VALUES, owner_pid
 
 
 @dataclass
@@ -25,6 +24,7 @@ class Kill:
 def held_runs(pids: set[int]) -> list[str]:
     """Active runs whose lease names one of ``pids`` (``host:pid:nonce``)."""
     from runs import models as m
+    from soak.checks import ACTIVE_VALUES, owner_pid
 
     rows = m.Run.objects.filter(lease_owner__isnull=False, status__in=ACTIVE_VALUES).values_list(
         "id", "lease_owner"
@@ -69,6 +69,7 @@ def kill_one(stack: procs.Stack, rng: random.Random) -> Kill | None:
 
 def _active(run_id: str) -> bool:
     from runs import models as m
+    from soak.checks import ACTIVE_VALUES
 
     return m.Run.objects.filter(pk=run_id, status__in=ACTIVE_VALUES).exists()
 
