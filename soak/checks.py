@@ -6,6 +6,7 @@ as evidence. ``run_checks`` runs them all; the soak passes only if every one hol
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -41,13 +42,7 @@ class Check:
     detail: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "ok": self.ok,
-            "offenders": self.offenders,
-            "evidence": self.evidence,
-            "detail": self.detail,
-        }
+        return dataclasses.asdict(self)
 
 
 def _check(name: str, offenders: list[str], detail: str = "") -> Check:

@@ -48,10 +48,13 @@ def last_sequences(run_ids: list[str]) -> dict[str, int]:
     return dict(rows)
 
 
-def kill_one(stack: procs.Stack, rng: random.Random) -> Kill | None:
+def kill_one(stack: procs.Stack, rng: random.Random, min_up_s: float) -> Kill | None:
     """SIGKILL one random listening worker (its process group) and restart it; None when no
     worker listens (all are restarting)."""
-    ready = [w for w in stack.workers if w.ready()]
+    # Only a worker that has listened for ``min_up_s``: one killed as soon as it listens
+    # takes nothing from the queue, and on a slow machine the workers would spend the whole
+    # soak starting up.
+    ready = [w for w in stack.workers if w.up_for() >= min_up_s]
     if not ready:
         return None
     victim = rng.choice(ready)
@@ -101,6 +104,7 @@ def kill_phase(
     *,
     count: int,
     seconds: float,
+    min_up_s: float,
     say: Callable[[str], None],
     status: Callable[[], str],
 ) -> list[Kill]:
@@ -112,7 +116,7 @@ def kill_phase(
     next_report = time.monotonic() + 15
     while len(kills) < count and time.monotonic() < deadline:
         time.sleep(rng.uniform(0, 2 * mean))
-        kill = kill_one(stack, rng)
+        kill = kill_one(stack, rng, min_up_s)
         if kill is not None:
             kills.append(kill)
         else:

@@ -49,6 +49,7 @@ class Config:
     kills: int
     seconds: float  # the kill phase
     drain_s: float  # after the last kill: how long runs may take to settle
+    min_up_s: float  # a worker is killed only once it has listened this long
     webs: int
     workers: int
     seed: int
@@ -64,6 +65,7 @@ class Config:
             kills=int(env.get("SOAK_KILLS", "100")),
             seconds=float(env.get("SOAK_SECONDS", "180")),
             drain_s=float(env.get("SOAK_DRAIN_S", "150")),
+            min_up_s=float(env.get("SOAK_MIN_UP_S", "2")),
             webs=int(env.get("SOAK_WEB", "2")),
             workers=int(env.get("SOAK_WORKERS", "3")),
             seed=int(env.get("SOAK_SEED") or random.SystemRandom().randrange(1 << 30)),
@@ -108,9 +110,10 @@ def servers(env: dict[str, str]) -> tuple[str, str]:
 
 
 def hold_for(cfg: Config) -> int:
-    """A tool call's average duration (ms), so that the runs keep the workers busy for about
-    the kill phase: 3 tool calls per run, spread over the workers."""
-    busy_ms = cfg.seconds * 1000 * cfg.workers * 0.6
+    """A tool call's average duration (ms): 3 calls per run spread over the workers fill 40%
+    of the kill phase, so kills land in tool calls while the rest of each step (planner,
+    commits) and the restarts after each kill still fit."""
+    busy_ms = cfg.seconds * 1000 * cfg.workers * 0.4
     return int(min(2000, max(50, busy_ms / (cfg.runs * 3))))
 
 
@@ -186,7 +189,11 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             hold_ms = hold_for(cfg)
             say(f"creating {cfg.runs} runs through HTTP (tool calls ~{hold_ms} ms)")
             t_create = time.monotonic()
-            runs = create_runs(api, cfg.runs, rng, hold_ms)
+            try:
+                runs = create_runs(api, cfg.runs, rng, hold_ms)
+            except SoakError as exc:
+                logs = "\n".join(w.tail(40) for w in stack.webs)
+                raise SoakError(f"{exc}\nweb process logs:\n{logs}") from None
             create_s = time.monotonic() - t_create
             approver = Approver(api)
             thread = threading.Thread(target=approver.loop, name="approver", daemon=True)
@@ -196,7 +203,13 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
 
             progress = Progress(redis_url, queue)
             kills = kill_phase(
-                stack, rng, count=cfg.kills, seconds=cfg.seconds, say=say, status=progress
+                stack,
+                rng,
+                count=cfg.kills,
+                seconds=cfg.seconds,
+                min_up_s=cfg.min_up_s,
+                say=say,
+                status=progress,
             )
             say(f"{len(kills)} kills done; draining (up to {cfg.drain_s:.0f} s)")
             drained_s = drain(cfg, stack, list(runs), say, progress)
@@ -324,6 +337,7 @@ def summarize(
             "web_processes": cfg.webs,
             "worker_processes": cfg.workers,
             "seconds": cfg.seconds,
+            "min_up_s": cfg.min_up_s,
             "seed": cfg.seed,
             "lease_ttl_s": cfg.lease_ttl_s,
             "sweep_interval_s": cfg.sweep_interval_s,

@@ -118,6 +118,18 @@ def _contract(**fields: Any) -> ToolContract:
     )
 
 
+def _writer(name: str, description: str, **fields: Any) -> ToolContract:
+    """An irreversible append to the external log, ``before_ms``/``after_ms`` around it."""
+    return _contract(
+        name=name,
+        description=description,
+        input_schema=_input(before_ms=_HOLD, after_ms=_HOLD),
+        side_effect=SideEffect.IRREVERSIBLE,
+        execute=_write(name),
+        **fields,
+    )
+
+
 TOOLS = [
     _contract(
         name="soak_read",
@@ -127,21 +139,15 @@ TOOLS = [
         confirmation=ConfirmationMode.NEVER,
         execute=soak_read,
     ),
-    _contract(
-        name="soak_write",
-        description="Append one entry to the soak's external log (never deduplicated).",
-        input_schema=_input(before_ms=_HOLD, after_ms=_HOLD),
-        side_effect=SideEffect.IRREVERSIBLE,
+    _writer(
+        "soak_write",
+        "Append one entry to the soak's external log (never deduplicated).",
         confirmation=ConfirmationMode.PER_CALL,
-        execute=_write("soak_write"),
         reconcile=reconcile,
     ),
-    _contract(
-        name="soak_write_blind",
-        description="Append one entry to the soak's external log; no way to ask afterwards.",
-        input_schema=_input(before_ms=_HOLD, after_ms=_HOLD),
-        side_effect=SideEffect.IRREVERSIBLE,
+    _writer(
+        "soak_write_blind",
+        "Append one entry to the soak's external log; no way to ask afterwards.",
         confirmation=ConfirmationMode.NEVER,
-        execute=_write("soak_write_blind"),
     ),
 ]
