@@ -171,8 +171,6 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
     from django.db import connections
 
     from bench.stack import _user, forget_queue
-    from soak import checks
-    from soak.tools import read_effects
 
     rng = random.Random(cfg.seed)  # noqa: S311 — reproducible kill times, not secrets
     started = time.monotonic()
@@ -215,27 +213,16 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             drained_s = drain(cfg, stack, list(runs), say, progress)
             approver.stop.set()
             thread.join(10)
-            # Checked while the workers still live: their pids are the live ones.
-            live = stack.live_pids()
-            effects = read_effects(out)
-            results_checks, duplicates = checks.run_checks(runs, effects, live)
-            times, lost_held = recoveries(kills)
-            lost_check = checks._check("every run a killed worker held moved on", lost_held)
-            results_checks.append(lost_check)
-            results = summarize(cfg, runs, kills, times, duplicates, results_checks, approver)
-            results.update(
+            outcome = conclude(cfg, stack, runs, kills, approver, out)
+            outcome.results.update(
                 elapsed_s=round(time.monotonic() - started, 1),
                 create_s=round(create_s, 1),
                 drain_s=round(drained_s, 1),
                 requests_per_web=list(api.requests.values()),
                 hold_ms=hold_ms,
-                effects=len(effects),
-                worker_restart_s=_spread([t for w in stack.workers for t in w.restart_s]),
                 queue_deepest=progress.deepest,
             )
-            if not all(c.ok for c in results_checks):
-                results["logs"] = {w.name: w.proc.tail(20) for w in stack.workers}
-            return Outcome(results, all(c.ok for c in results_checks))
+            return outcome
     finally:
         connections.close_all()
         if cfg.keep_db:
@@ -243,6 +230,34 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
         else:
             drop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def conclude(
+    cfg: Config,
+    stack: procs.Stack,
+    runs: dict[str, str | None],
+    kills: list[Kill],
+    approver: Approver,
+    out: Path,
+) -> Outcome:
+    """Every check and the figures; run while the workers still live (their pids are the live
+    ones the lease check compares with)."""
+    from soak import checks
+    from soak.tools import read_effects
+
+    effects = read_effects(out)
+    results_checks, duplicates = checks.run_checks(runs, effects, stack.live_pids())
+    times, lost_held = recoveries(kills)
+    results_checks.append(checks._check("every run a killed worker held moved on", lost_held))
+    results = summarize(cfg, runs, kills, times, duplicates, results_checks, approver)
+    results.update(
+        effects=len(effects),
+        worker_restart_s=_spread([t for w in stack.workers for t in w.restart_s]),
+    )
+    ok = all(c.ok for c in results_checks)
+    if not ok:
+        results["logs"] = {w.name: w.proc.tail(20) for w in stack.workers}
+    return Outcome(results, ok)
 
 
 def drain(
