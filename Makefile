@@ -4,7 +4,7 @@ PYTHON := $(VENV)/bin/python
 MANAGE := $(PYTHON) manage.py
 STAMP := $(VENV)/.installed
 
-.PHONY: venv migrate run test lint fmt bench
+.PHONY: venv migrate run test lint fmt bench soak
 
 venv: $(STAMP)
 
@@ -41,3 +41,9 @@ fmt: venv
 # REDIS_URL are set, SQLite + in-memory otherwise. Writes bench/results.json.
 bench: venv
 	$(PYTHON) -m bench.run
+
+# Soak: runs over HTTP on PostgreSQL + Redis (DATABASE_URL / REDIS_URL, default the local servers)
+# while worker processes are killed with SIGKILL; a private database, dropped afterwards. Sizes:
+# SOAK_RUNS=200 SOAK_KILLS=100 SOAK_SECONDS=180. Writes soak/results.json; exit 1 if a check fails.
+soak: venv
+	$(PYTHON) -m soak

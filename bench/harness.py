@@ -53,9 +53,10 @@ class Context:
         return self.deadline - time.monotonic()
 
 
-def private_database(base_url: str) -> tuple[str, Callable[[], None]]:
-    """Create a database for this benchmark run; return its URL and a function dropping it."""
-    tag = f"bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+def private_database(base_url: str, prefix: str = "bench") -> tuple[str, Callable[[], None]]:
+    """Create a database for this benchmark run (named ``<prefix>_<pid>_<random>``); return
+    its URL and a function dropping it."""
+    tag = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     if base_url.startswith(("postgres://", "postgresql://")):
         import psycopg
 

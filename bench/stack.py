@@ -243,6 +243,12 @@ def forget_queue(url: str, tag: str) -> None:
         for exchange in client.zrange("_kombu.binding_deadlines", 0, -1):
             if not client.exists(b"_kombu.binding." + exchange):
                 client.zrem("_kombu.binding_deadlines", exchange)
+        # Messages a killed worker had taken but not acknowledged (acks_late): kombu would put
+        # them back on our queue after its visibility timeout, recreating it an hour later.
+        for delivery, message in client.hscan_iter("unacked"):
+            if tag.encode() in message:
+                client.hdel("unacked", delivery)
+                client.zrem("unacked_index", delivery)
     finally:
         client.close()
 

@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.dispatch import Signal
 
 from policy.domain.contracts import CancelSignal
@@ -64,11 +64,13 @@ def lease_acquire(
     if handed_back is not None:
         claimable = Q(lease_owner=handed_back)
     else:
-        # Free, ours, or a hand-back name that expired (on purpose: ``lease_hand_back``).
+        # Free, ours, or a name that holds the run for no worker (a hand-back's, already
+        # expired; a sweeper's reservation, not yet): any message may take it, as when it is free.
+        # An expired lease of another worker is a takeover, taken below and counted apart.
         claimable = (
             Q(lease_owner__isnull=True)
             | Q(lease_owner=owner)
-            | Q(lease_owner__startswith=HANDED_BACK, lease_expires_at__lt=now)
+            | Q(lease_owner__startswith=HANDED_BACK)
         )
     # The race: two workers read "free" at once; the WHERE clause makes one UPDATE match.
     taken = (
@@ -99,6 +101,34 @@ def lease_hand_back(*, run_id: str, owner: str, clock: Clock = SYSTEM_CLOCK) -> 
         lease_owner=name, lease_expires_at=as_datetime(clock.now_ms() - 1)
     )
     return name if released == 1 else None
+
+
+def lease_reserve_for_resend(*, run_id: str, hold: timedelta, clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Mark a run whose lease is free or lapsed as re-sent (the sweeper's next message for it is
+    on its way) for ``hold``; False if a worker took it meanwhile.
+
+    Until ``hold`` passes the sweeper sees a live lease and sends nothing more for the run. The
+    mark holds the run for no worker: any message may take it (``lease_acquire``), and a
+    hand-back's name is kept, so the message it sent still takes the run too. Were the mark
+    to block the messages already queued, a run queued longer than ``hold`` would be re-sent
+    forever and never run. Should every message be lost, the mark lapses and the next sweep
+    sends another.
+    """
+    now = as_datetime(clock.now_ms())
+    # The race: a worker's lease_acquire between the sweeper's scan and this UPDATE; the same
+    # WHERE clause lets exactly one of the two match.
+    reserved = (
+        Run.objects.filter(pk=run_id)
+        .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
+        .update(
+            lease_owner=Case(
+                When(lease_owner__startswith=HANDED_BACK, then=F("lease_owner")),
+                default=Value(f"{HANDED_BACK}resent-{uuid.uuid4().hex}"),
+            ),
+            lease_expires_at=now + hold,
+        )
+    )
+    return reserved == 1
 
 
 def lease_renew(*, run_id: str, owner: str, clock: Clock = SYSTEM_CLOCK) -> bool:

@@ -3,7 +3,9 @@
 1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
    waiting), and their pending confirmation → expired.
 2. Active runs (created, running, cancelling) with no live lease that are stale, overdue, or
-   hold a ``started`` ledger row (a worker died mid-tool) → enqueued again. The worker that
+   hold a ``started`` ledger row (a worker died mid-tool) → marked as re-sent (for as long
+   as the run has waited, at least ``STALE_AFTER``: ``lease_reserve_for_resend``) and enqueued
+   again. The worker that
    takes the lease recovers the ledger row first (reconcile, or re-execute under the same
    token, or handoff) and continues from the authoritative state.
 
@@ -25,6 +27,7 @@ from runs.domain import lifecycle
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
+from runs.leases import lease_reserve_for_resend
 
 STALE_AFTER = timedelta(seconds=30)
 BATCH = 500
@@ -70,9 +73,17 @@ def sweep(
         )
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(Q(updated_at__lt=now - STALE_AFTER) | Q(deadline_ms__lte=now_ms) | Exists(orphan))
-        .values_list("id", flat=True)[:BATCH]
+        .values_list("id", "updated_at")[:BATCH]
     )
-    for run_id in stranded:
+    for run_id, updated_at in stranded:
+        # Not again for as long as the run has already waited (at least STALE_AFTER): its
+        # messages may only be slow, behind a backlog. Re-sent on every sweep, a run waiting
+        # longer than STALE_AFTER fed the backlog it waited behind, without bound (found by the
+        # soak, ``make soak``: 200 runs, 3 workers killed at random); backing off, a run waiting
+        # W is re-sent about log2(W / STALE_AFTER) times.
+        hold = max(STALE_AFTER, now - updated_at)
+        if not lease_reserve_for_resend(run_id=run_id, hold=hold, clock=clock):
+            continue  # a worker took the run meanwhile
         report.requeued.append(run_id)
         if enqueue:
             services.enqueue_advance(run_id, queue=queue)

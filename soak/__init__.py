@@ -1,0 +1,1 @@
+"""`make soak`: runs on PostgreSQL + Redis survive workers killed with SIGKILL (soak/run.py)."""

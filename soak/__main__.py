@@ -1,0 +1,3 @@
+from soak.run import main
+
+raise SystemExit(main())
