@@ -59,6 +59,9 @@ def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
     global _beating
     if os.getpid() != _main_pid:
         return
+    # Once: after a warm shutdown's signal the exit hook has nothing left to do (and a worker
+    # started inside a test process would otherwise release on a dropped test database at exit).
+    atexit.unregister(on_worker_shutdown)
     if _beating is not None:
         _beating.stop()
         _beating = None
