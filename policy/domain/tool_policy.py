@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policy.domain.approvers import ApproverRule
 from policy.domain.canonical import json_equal
 from policy.domain.contracts import ConfirmationMode, ToolContract
 from policy.domain.errors import DomainError
@@ -41,13 +42,6 @@ class ConfirmationPolicy(enum.StrEnum):
     NEVER = "never"
     WHEN_UNTRUSTED = "when_untrusted"
     OUTSIDE_CONSTRAINTS = "outside_constraints"
-
-
-class Approvers(enum.StrEnum):
-    OWNER_OR_OPERATOR = "owner_or_operator"
-    OWNER = "owner"
-    OPERATOR = "operator"
-    FOUR_EYES = "four_eyes"
 
 
 class ToolPolicyInvalid(DomainError):
@@ -73,7 +67,7 @@ class PolicyEntry(BaseModel):
     # Enum values arrive as JSON strings: lax for these two (an int is still no member).
     confirmation: Annotated[ConfirmationPolicy | None, Field(strict=False)] = None
     auto_constraints: dict[str, Constraint] = {}
-    approvers: Annotated[Approvers | None, Field(strict=False)] = None
+    approvers: Annotated[ApproverRule | None, Field(strict=False)] = None
 
     @model_validator(mode="after")
     def _constraints_need_their_policy(self) -> PolicyEntry:
@@ -209,7 +203,9 @@ def join_confirmation(a: str, b: str) -> str:
 
 
 def join_approvers(a: str, b: str) -> str:
-    return _join(a, b, bottom=Approvers.OWNER_OR_OPERATOR.value, top=Approvers.FOUR_EYES.value)
+    return _join(
+        a, b, bottom=ApproverRule.OWNER_OR_OPERATOR.value, top=ApproverRule.FOUR_EYES.value
+    )
 
 
 def _level(entry: PolicyEntry | None, facts: ToolFacts) -> str:
@@ -277,7 +273,7 @@ def join_entries(
         # per-run is the contract's own mode: no policy value names it, the contract keeps it.
         confirmation=None if unset or level == _PER_RUN else ConfirmationPolicy(level),
         auto_constraints=constraints,
-        approvers=Approvers(joined) if joined else None,
+        approvers=ApproverRule(joined) if joined else None,
     )
 
 
