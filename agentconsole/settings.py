@@ -367,6 +367,20 @@ AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TI
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
 AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
 
+# --- OpenTelemetry (agentconsole/telemetry.py; README "Tracing with OpenTelemetry") -----------
+# Off by default: no tracer provider, no spans. On with AGENTCONSOLE_OTEL=1, or by setting the
+# standard OTLP endpoint variables (then AGENTCONSOLE_OTEL=0 still turns it off). Export uses
+# OTLP over HTTP/protobuf (pip install 'agentconsole[otlp]'); the exporter reads the other standard
+# OTEL_EXPORTER_OTLP_* variables (headers, timeout) itself, the SDK the OTEL_TRACES_SAMPLER ones.
+_OTLP_BASE = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/")
+AGENTCONSOLE_OTEL_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or (
+    f"{_OTLP_BASE}/v1/traces" if _OTLP_BASE else ""
+)
+AGENTCONSOLE_OTEL = _env_bool(
+    "AGENTCONSOLE_OTEL", "1" if AGENTCONSOLE_OTEL_ENDPOINT else "0"
+) and not _env_bool("OTEL_SDK_DISABLED", "0")
+AGENTCONSOLE_OTEL_SERVICE_NAME = os.environ.get("OTEL_SERVICE_NAME", "agentconsole")
+
 # --- Logging ----------------------------------------------------------------------------------
 
 LOGGING = {

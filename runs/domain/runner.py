@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,6 +40,21 @@ from runs.domain.planning import (
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
+from runs.domain.telemetry import (
+    NOOP_SPAN,
+    NOOP_TELEMETRY,
+    Attributes,
+    Span,
+    Telemetry,
+    decision_attributes,
+    execution_attributes,
+    links_to,
+    planner_attributes,
+    planner_report,
+    run_attributes,
+    step_attributes,
+    tool_attributes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +106,10 @@ class StepQuota(Protocol):
     def give_back(self, subject: str, now_ms: int) -> None: ...
 
 
+def _no_span() -> AbstractContextManager[Span]:
+    return contextlib.nullcontext(NOOP_SPAN)
+
+
 def _plans_next(state: RunState) -> bool:
     """The run's next move is a new planner step (where a slice may end)."""
     return state.status is Status.RUNNING and state.pending_proposal is None
@@ -108,6 +127,7 @@ class Runner:
         context_extras: Callable[[RunState], dict[str, Any]] | None = None,
         watch: Watch | None = None,
         quota: StepQuota | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -117,6 +137,7 @@ class Runner:
         self.context_extras = context_extras
         self.watch = watch or _no_watch
         self.quota = quota
+        self.telemetry = telemetry or NOOP_TELEMETRY
         # (run id, step number) whose quota unit is paid: a commit that lost a race is decided
         # again for the same step and must not pay twice.
         self._paid: tuple[str, int] | None = None
@@ -130,7 +151,15 @@ class Runner:
         ``running``: the caller hands it back to the queue so other runs get a worker too.
         Only a new planner step ends a slice (a pending proposal is settled first), so the
         returned run holds no started command.
+
+        One ``run`` span per advance (runs.domain.telemetry has the span model).
         """
+        with self.telemetry.span("run", {"agentconsole.run_id": run_id}) as span:
+            state = self._advance(run_id, max_iterations=max_iterations, slice_steps=slice_steps)
+            span.set(run_attributes(state))
+            return state
+
+    def _advance(self, run_id: str, *, max_iterations: int, slice_steps: int) -> RunState:
         planners: list[Planner] = []
 
         def planner() -> Planner:
@@ -157,27 +186,47 @@ class Runner:
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
                 return state
-            try:
-                commit = self._next_commit(state, planner)
-                if commit is None:
-                    return state
-                applied = self.store.apply(commit)
-            except VersionConflict:
-                # Someone else moved the run (a cancel, a decision, another worker): re-decide
-                # from the authoritative state. Bounded so a livelock surfaces as an error.
-                conflicts += 1
-                if conflicts > MAX_CONFLICT_RETRIES:
-                    raise
-                # The planner configuration is reloaded too: a user's erase (issue 9 item 11)
-                # may have rewritten it, and a cached copy would write the erased values back.
-                planners.clear()
-                continue
-            except IntegrityViolation as exc:
-                # Not a race: retrying writes the same keys again. Stop here, once.
-                return self._integrity_stop(state, exc)
-            if commit.command is not None:
-                self._execute(applied, commit.command)
+            # A running run's iteration is a step (plan, or resume a confirmed proposal): its
+            # span holds the gate's evaluation and the tool attempts the step starts.
+            stepping = state.status is Status.RUNNING
+            scope = self.telemetry.span("planner.step") if stepping else _no_span()
+            with scope as step_span:
+                try:
+                    commit = self._next_commit(state, planner)
+                    if commit is None:
+                        return state
+                    applied = self.store.apply(commit)
+                except VersionConflict:
+                    # Someone else moved the run (a cancel, a decision, another worker):
+                    # re-decide from the authoritative state. Bounded so a livelock surfaces
+                    # as an error.
+                    step_span.set({"agentconsole.step.conflict": True})
+                    conflicts += 1
+                    if conflicts > MAX_CONFLICT_RETRIES:
+                        raise
+                    # The planner configuration is reloaded too: a user's erase (issue 9 item
+                    # 11) may have rewritten it, and a cached copy would write the erased
+                    # values back.
+                    planners.clear()
+                    continue
+                except IntegrityViolation as exc:
+                    # Not a race: retrying writes the same keys again. Stop here, once.
+                    return self._integrity_stop(state, exc)
+                if stepping:
+                    self._describe_step(step_span, commit, state, planners)
+                if commit.command is not None:
+                    self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
+
+    def _describe_step(
+        self, span: Span, commit: Commit, state: RunState, planners: list[Planner]
+    ) -> None:
+        if not self.telemetry.enabled:
+            return
+        attrs = step_attributes(commit, resuming=state.pending_proposal is not None)
+        if planners and attrs.get("agentconsole.step.kind") == "plan":
+            attrs.update(planner_attributes(planner_report(planners[0])))
+        span.set(attrs)
 
     def _integrity_stop(self, state: RunState, exc: IntegrityViolation) -> RunState:
         """A running run whose commit broke a unique key fails with a handoff (a person looks
@@ -224,18 +273,26 @@ class Runner:
                 return lifecycle.fail(state, exc.code, **failure_details(exc))
             source = planner().source
             summary.update(details)
-        return decide(
-            state,
-            raw,
-            source=source,
-            grants=grants,
-            confirmations=self.store.confirmations(state.run_id),
-            registry=self.registry,
-            lookups=self.store.lookups(state.run_id),
-            now_ms=now,
-            context_summary=summary,
-            tokens=tokens,
-        )
+        # A final answer's validation and a proposal's gate evaluation both happen in decide();
+        # the span is named by what the output says it is (a final that fails to parse is a
+        # final that failed validation).
+        final = isinstance(raw, dict) and raw.get("kind") == "final"
+        with self.telemetry.span("final.validate" if final else "policy.evaluate") as span:
+            commit = decide(
+                state,
+                raw,
+                source=source,
+                grants=grants,
+                confirmations=self.store.confirmations(state.run_id),
+                registry=self.registry,
+                lookups=self.store.lookups(state.run_id),
+                now_ms=now,
+                context_summary=summary,
+                tokens=tokens,
+            )
+            if self.telemetry.enabled:
+                span.set(decision_attributes(commit, self.registry))
+        return commit
 
     def _pay_step(self, state: RunState, now_ms: int) -> bool:
         """Spend one unit of the subject's daily quota on the step about to be planned; False
@@ -283,12 +340,18 @@ class Runner:
         """Run the command; retry a retryable failure under its retry policy, same token."""
         contract = self._contract(command)
         cancel = CancelSignal()
+        previous: list[tuple[Span, Attributes]] = []
+        delay = 0
         with self.watch(state.run_id, cancel):
             while True:
                 # The tool's deadline counts from now, not from the decision: waiting for the
                 # intent to commit (a busy database) must not eat the tool's own time.
                 command = self._fresh(command, contract, state)
-                execution = self.executor.run(command, contract, state, cancel)
+                # Each attempt its own span; a retry links to the attempt it repeats.
+                with self._tool_span(contract, attempt, links=previous, backoff_ms=delay) as span:
+                    execution = self.executor.run(command, contract, state, cancel)
+                    self._describe_execution(span, execution)
+                previous = [(span, {"agentconsole.link": "previous-attempt"})]
                 outcome = execution.outcome
                 policy = contract.retry
                 if (
@@ -315,6 +378,31 @@ class Runner:
                     break  # cancelled during the backoff: settle with what we know
         self._settle(state.run_id, command, contract, execution)
 
+    def _tool_span(
+        self,
+        contract: ToolContract,
+        attempt: int,
+        *,
+        links: Sequence[tuple[Span, Attributes]] = (),
+        backoff_ms: int = 0,
+    ) -> AbstractContextManager[Span]:
+        if not self.telemetry.enabled:
+            return _no_span()
+        attrs = tool_attributes(
+            contract.name, contract.version, contract.side_effect.value, attempt
+        )
+        if backoff_ms:
+            attrs["agentconsole.tool.backoff_ms"] = backoff_ms  # waited before this attempt
+        return self.telemetry.span(f"tool.{contract.name}", attrs, links=links_to(links))
+
+    def _describe_execution(self, span: Span, execution: Execution) -> None:
+        if not self.telemetry.enabled:
+            return
+        outcome = execution.outcome
+        span.set(execution_attributes(execution))
+        if outcome.status is not OutcomeStatus.SUCCEEDED:
+            span.fail(outcome.code or outcome.status.value)
+
     def _fresh(
         self, command: ExecutableCommand, contract: ToolContract, state: RunState
     ) -> ExecutableCommand:
@@ -332,8 +420,13 @@ class Runner:
         if state.status is Status.CANCELLING:
             # Cancelling: the effect is checked, but no tool starts again (seed §7, §13).
             cancel.cancel("CANCEL_REQUESTED")
-        with self.watch(state.run_id, cancel):
+        with (
+            self.watch(state.run_id, cancel),
+            self._tool_span(contract, attempt) as span,
+        ):
             how, execution = self.executor.recover(command, contract, state, cancel)
+            span.set({"agentconsole.tool.recovery": how})
+            self._describe_execution(span, execution)
         self._apply_fresh(state.run_id, lambda cur: lifecycle.recovered(cur, command, how=how))
         self._settle(state.run_id, command, contract, execution)
 
