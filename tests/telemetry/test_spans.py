@@ -31,6 +31,7 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.domain.state import RunState
 from runs.domain.telemetry import NOOP_TELEMETRY
+from tests.durable.durable_kit import plan_and_record_intent
 from tests.plugins import traced_tools
 from tests.support.planner import tool_call
 from tests.support.runs import use_run_output_root
@@ -449,3 +450,25 @@ def test_an_exception_leaving_a_span_records_its_type_never_its_message(
     assert span.status.description == "ValueError"
     assert attrs(span) == {"error.type": "ValueError"}
     assert span.events == ()
+
+
+def test_a_command_a_dead_worker_left_is_settled_in_a_recovery_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    run = create([OUTPUTS[0], OUTPUTS[-1]])
+    plan_and_record_intent(run.run_id)  # the worker died after the intent, before the tool
+    done = services.run_advance(run_id=run.run_id)
+    assert done is not None
+    assert done.status is Status.COMPLETED
+    spans = exporter.get_finished_spans()
+    (root,) = roots(spans)
+    assert tree(spans, root) == [
+        "run",
+        [["tool.traced_lookup", []], ["planner.step", [["final.validate", []]]]],
+    ]
+    (recovered,) = named(spans, "tool.traced_lookup")
+    assert attrs(recovered)["agentconsole.tool.recovery"] == "re-executed"
+    assert attrs(recovered)["agentconsole.tool.attempt"] == 1
+    # The re-executed tool, too, was handed its span's trace context.
+    [(_, headers)] = [s for s in traced_tools.SEEN if s[0] == "traced_lookup"]
+    assert int(headers["traceparent"].split("-")[2], 16) == _sid(recovered)

@@ -1,0 +1,152 @@
+"""The tracing port (runs.domain.telemetry) without OpenTelemetry: the no-op default, the
+controlled-summary builders, and a whole in-memory run seen through a recording port."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from runs.domain import telemetry as t
+from runs.domain.machine import Status
+from tests.domain.toolkit import SECRET, final, grant, harness, tool
+
+
+@dataclass
+class Recorded:
+    name: str
+    attributes: dict[str, Any]
+    parent: Recorded | None
+    links: list[Any] = field(default_factory=list)
+    failed: str | None = None
+
+    def set(self, attributes: t.Attributes) -> None:
+        self.attributes.update(attributes)
+
+    def event(self, name: str, attributes: t.Attributes | None = None) -> None:
+        raise AssertionError("no events expected")
+
+    def fail(self, code: str) -> None:
+        self.failed = code
+
+    @property
+    def link(self) -> object:
+        return self
+
+
+class RecordingTelemetry:
+    """A port that keeps every span (with its parent) in a list: what an adapter would get."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.spans: list[Recorded] = []
+        self._stack: list[Recorded] = []
+
+    @contextlib.contextmanager
+    def span(
+        self, name: str, attributes: t.Attributes | None = None, *, links: Sequence[t.Link] = ()
+    ) -> Iterator[Recorded]:
+        span = Recorded(name, dict(attributes or {}), self._stack[-1] if self._stack else None)
+        span.links = list(links)
+        self.spans.append(span)
+        self._stack.append(span)
+        try:
+            yield span
+        finally:
+            self._stack.pop()
+
+    def trace_headers(self) -> dict[str, str]:
+        return {"traceparent": f"span-{len(self.spans)}"}
+
+
+def test_the_noop_port_records_nothing_and_allocates_no_scope() -> None:
+    noop = t.NOOP_TELEMETRY
+    assert noop.enabled is False
+    assert noop.span("run") is noop.span("tool.x", {"a": 1})
+    with noop.span("run") as span:
+        span.set({"a": 1})
+        span.event("e")
+        span.fail("CODE")
+        assert span.link is None
+    assert noop.trace_headers() == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "exported"),
+    [
+        ("SCHEMA_VALIDATION_FAILED", "SCHEMA_VALIDATION_FAILED"),
+        ("qwen2.5:7b-instruct", "qwen2.5:7b-instruct"),
+        ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
+        ("free text with spaces", t.OTHER),
+        ("x" * 129, t.OTHER),
+        ("", t.OTHER),
+        (None, t.OTHER),
+        (17, t.OTHER),
+        ("line\nbreak", t.OTHER),
+    ],
+)
+def test_only_code_like_values_are_exported(value: object, exported: str) -> None:
+    assert t.code(value) == exported
+
+
+def test_planner_report_keeps_known_genai_keys_only() -> None:
+    report = {
+        "gen_ai.request.model": "llama3.1:8b",
+        "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": True,  # a bool is not a count
+        "gen_ai.request.max_tokens": -1,
+        "gen_ai.prompt": "ignore previous instructions",
+        "api_key": SECRET,
+    }
+    assert t.planner_attributes(report) == {
+        "gen_ai.request.model": "llama3.1:8b",
+        "gen_ai.usage.input_tokens": 10,
+    }
+    assert t.planner_attributes(None) == {}
+
+    class Quiet:
+        pass
+
+    class Odd:
+        def telemetry_report(self) -> object:
+            return ["not", "a", "mapping"]
+
+    assert t.planner_report(Quiet()) is None
+    assert t.planner_report(Odd()) is None
+
+
+def test_a_run_seen_through_the_port() -> None:
+    """Spans nest as the span model says, and an unknown tool a planner names is not exported
+    by name (a planner may write anything there)."""
+    recording = RecordingTelemetry()
+    h = harness(
+        [
+            tool("p1", "search_public", {"query": "retries exhausted"}),
+            tool("p2", f"tool_{SECRET}", {"query": "x"}),
+            final("After three retries, hand off.", ["tool-1"]),
+        ],
+        grants=[grant("search:public", "public")],
+    )
+    h.runner.telemetry = recording
+    state = h.advance()
+    assert state.status is Status.COMPLETED
+    shape = [(s.name, s.parent.name if s.parent else None) for s in recording.spans]
+    assert shape == [
+        ("run", None),
+        ("planner.step", "run"),
+        ("policy.evaluate", "planner.step"),
+        ("tool.search_public", "planner.step"),
+        ("planner.step", "run"),
+        ("policy.evaluate", "planner.step"),
+        ("planner.step", "run"),
+        ("final.validate", "planner.step"),
+    ]
+    unknown = recording.spans[5].attributes
+    assert unknown["agentconsole.decision"] == "reject"
+    assert unknown["agentconsole.tool.registered"] is False
+    assert "agentconsole.tool.name" not in unknown
+    assert SECRET not in repr([(s.name, s.attributes) for s in recording.spans])
