@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
+from runs.domain import telemetry as tel
 from runs.domain.clock import Clock, SystemClock
 from runs.domain.commits import Commit
 from runs.domain.decide import decide
@@ -40,21 +41,7 @@ from runs.domain.planning import (
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
-from runs.domain.telemetry import (
-    NOOP_SPAN,
-    NOOP_TELEMETRY,
-    Attributes,
-    Span,
-    Telemetry,
-    decision_attributes,
-    execution_attributes,
-    links_to,
-    planner_attributes,
-    planner_report,
-    run_attributes,
-    step_attributes,
-    tool_attributes,
-)
+from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Span, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +93,6 @@ class StepQuota(Protocol):
     def give_back(self, subject: str, now_ms: int) -> None: ...
 
 
-def _no_span() -> AbstractContextManager[Span]:
-    return contextlib.nullcontext(NOOP_SPAN)
-
-
 def _plans_next(state: RunState) -> bool:
     """The run's next move is a new planner step (where a slice may end)."""
     return state.status is Status.RUNNING and state.pending_proposal is None
@@ -156,7 +139,7 @@ class Runner:
         """
         with self.telemetry.span("run", {"agentconsole.run_id": run_id}) as span:
             state = self._advance(run_id, max_iterations=max_iterations, slice_steps=slice_steps)
-            span.set(run_attributes(state))
+            span.set(tel.run_attributes(state))
             return state
 
     def _advance(self, run_id: str, *, max_iterations: int, slice_steps: int) -> RunState:
@@ -189,7 +172,7 @@ class Runner:
             # A running run's iteration is a step (plan, or resume a confirmed proposal): its
             # span holds the gate's evaluation and the tool attempts the step starts.
             stepping = state.status is Status.RUNNING
-            scope = self.telemetry.span("planner.step") if stepping else _no_span()
+            scope = self.telemetry.span("planner.step") if stepping else tel.no_span()
             with scope as step_span:
                 try:
                     commit = self._next_commit(state, planner)
@@ -213,20 +196,12 @@ class Runner:
                     # Not a race: retrying writes the same keys again. Stop here, once.
                     return self._integrity_stop(state, exc)
                 if stepping:
-                    self._describe_step(step_span, commit, state, planners)
+                    tel.describe_step(
+                        self.telemetry, step_span, commit, state=state, planners=planners
+                    )
                 if commit.command is not None:
                     self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
-
-    def _describe_step(
-        self, span: Span, commit: Commit, state: RunState, planners: list[Planner]
-    ) -> None:
-        if not self.telemetry.enabled:
-            return
-        attrs = step_attributes(commit, resuming=state.pending_proposal is not None)
-        if planners and attrs.get("agentconsole.step.kind") == "plan":
-            attrs.update(planner_attributes(planner_report(planners[0])))
-        span.set(attrs)
 
     def _integrity_stop(self, state: RunState, exc: IntegrityViolation) -> RunState:
         """A running run whose commit broke a unique key fails with a handoff (a person looks
@@ -291,7 +266,7 @@ class Runner:
                 tokens=tokens,
             )
             if self.telemetry.enabled:
-                span.set(decision_attributes(commit, self.registry))
+                span.set(tel.decision_attributes(commit, self.registry))
         return commit
 
     def _pay_step(self, state: RunState, now_ms: int) -> bool:
@@ -348,9 +323,11 @@ class Runner:
                 # intent to commit (a busy database) must not eat the tool's own time.
                 command = self._fresh(command, contract, state)
                 # Each attempt its own span; a retry links to the attempt it repeats.
-                with self._tool_span(contract, attempt, links=previous, backoff_ms=delay) as span:
+                with tel.tool_span(
+                    self.telemetry, contract, attempt, links=previous, backoff_ms=delay
+                ) as span:
                     execution = self.executor.run(command, contract, state, cancel)
-                    self._describe_execution(span, execution)
+                    tel.describe_execution(self.telemetry, span, execution)
                 previous = [(span, {"agentconsole.link": "previous-attempt"})]
                 outcome = execution.outcome
                 policy = contract.retry
@@ -378,31 +355,6 @@ class Runner:
                     break  # cancelled during the backoff: settle with what we know
         self._settle(state.run_id, command, contract, execution)
 
-    def _tool_span(
-        self,
-        contract: ToolContract,
-        attempt: int,
-        *,
-        links: Sequence[tuple[Span, Attributes]] = (),
-        backoff_ms: int = 0,
-    ) -> AbstractContextManager[Span]:
-        if not self.telemetry.enabled:
-            return _no_span()
-        attrs = tool_attributes(
-            contract.name, contract.version, contract.side_effect.value, attempt
-        )
-        if backoff_ms:
-            attrs["agentconsole.tool.backoff_ms"] = backoff_ms  # waited before this attempt
-        return self.telemetry.span(f"tool.{contract.name}", attrs, links=links_to(links))
-
-    def _describe_execution(self, span: Span, execution: Execution) -> None:
-        if not self.telemetry.enabled:
-            return
-        outcome = execution.outcome
-        span.set(execution_attributes(execution))
-        if outcome.status is not OutcomeStatus.SUCCEEDED:
-            span.fail(outcome.code or outcome.status.value)
-
     def _fresh(
         self, command: ExecutableCommand, contract: ToolContract, state: RunState
     ) -> ExecutableCommand:
@@ -422,11 +374,11 @@ class Runner:
             cancel.cancel("CANCEL_REQUESTED")
         with (
             self.watch(state.run_id, cancel),
-            self._tool_span(contract, attempt) as span,
+            tel.tool_span(self.telemetry, contract, attempt) as span,
         ):
             how, execution = self.executor.recover(command, contract, state, cancel)
             span.set({"agentconsole.tool.recovery": how})
-            self._describe_execution(span, execution)
+            tel.describe_execution(self.telemetry, span, execution)
         self._apply_fresh(state.run_id, lambda cur: lifecycle.recovered(cur, command, how=how))
         self._settle(state.run_id, command, contract, execution)
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import Any, Protocol
 
-from policy.domain.outcomes import ToolOutcome, Verification
+from policy.domain.contracts import ToolContract
+from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev
 from runs.domain.commits import Commit
@@ -324,3 +325,53 @@ def planner_report(planner: object) -> Mapping[str, Any] | None:
 def links_to(spans: Iterable[tuple[Span, Attributes]]) -> list[Link]:
     """Links to the spans that have a handle (none when telemetry is off)."""
     return [(s.link, attrs) for s, attrs in spans if s.link is not None]
+
+
+# --- What the runner calls (kept here so the runner loop stays a loop) ------------------------
+
+
+def no_span() -> AbstractContextManager[Span]:
+    return nullcontext(NOOP_SPAN)
+
+
+def tool_span(
+    telemetry: Telemetry,
+    contract: ToolContract,
+    attempt: int,
+    *,
+    links: Sequence[tuple[Span, Attributes]] = (),
+    backoff_ms: int = 0,
+) -> AbstractContextManager[Span]:
+    """The span of one attempt of a tool (``links``: the attempt it repeats)."""
+    if not telemetry.enabled:
+        return no_span()
+    attrs = tool_attributes(contract.name, contract.version, contract.side_effect.value, attempt)
+    if backoff_ms:
+        attrs["agentconsole.tool.backoff_ms"] = backoff_ms  # waited before this attempt
+    return telemetry.span(f"tool.{contract.name}", attrs, links=links_to(links))
+
+
+def describe_execution(telemetry: Telemetry, span: Span, execution: ExecutionFacts) -> None:
+    if not telemetry.enabled:
+        return
+    outcome = execution.outcome
+    span.set(execution_attributes(execution))
+    if outcome.status is not OutcomeStatus.SUCCEEDED:
+        span.fail(outcome.code or outcome.status.value)
+
+
+def describe_step(
+    telemetry: Telemetry,
+    span: Span,
+    commit: Commit,
+    *,
+    state: RunState,
+    planners: Sequence[object],
+) -> None:
+    """The planner.step span's summary; a model planner's report when this step asked it."""
+    if not telemetry.enabled:
+        return
+    attrs = step_attributes(commit, resuming=state.pending_proposal is not None)
+    if planners and attrs.get("agentconsole.step.kind") == "plan":
+        attrs.update(planner_attributes(planner_report(planners[0])))
+    span.set(attrs)
