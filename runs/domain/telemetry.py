@@ -271,8 +271,12 @@ def step_attributes(commit: Commit, *, resuming: bool) -> dict[str, AttributeVal
     planned = next((d.details for d in commit.events if d.event == ev.PLANNER_OUTPUT), None)
     attrs: dict[str, AttributeValue] = {
         "agentconsole.step": commit.state.step,
-        "agentconsole.step.kind": "plan" if planned else "resume" if resuming else "precheck",
+        "agentconsole.step.kind": "plan" if planned else "resume" if resuming else "no_output",
     }
+    stopped = next((d.details for d in commit.events if d.event == ev.RUN_STOPPED), None)
+    if planned is None and stopped is not None:
+        # No planner output, so no evaluation span: the step says why it ended.
+        attrs["agentconsole.code"] = code(stopped.get("reason"))
     if planned is not None:
         attrs["agentconsole.planner.source"] = code(planned.get("source"))
         attrs["agentconsole.planner.output_kind"] = code(planned.get("kind"))

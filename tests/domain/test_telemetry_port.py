@@ -150,3 +150,15 @@ def test_a_run_seen_through_the_port() -> None:
     assert unknown["agentconsole.tool.registered"] is False
     assert "agentconsole.tool.name" not in unknown
     assert SECRET not in repr([(s.name, s.attributes) for s in recording.spans])
+
+
+def test_a_step_that_ends_before_a_planner_output_says_so_with_its_code() -> None:
+    recording = RecordingTelemetry()
+    h = harness([])  # the fixture planner has nothing to say: PLANNER_EXHAUSTED
+    h.runner.telemetry = recording
+    assert h.advance().status is Status.FAILED
+    (step,) = [s for s in recording.spans if s.name == "planner.step"]
+    assert step.attributes["agentconsole.step.kind"] == "no_output"
+    assert "agentconsole.planner.source" not in step.attributes
+    assert step.attributes["agentconsole.code"] == "PLANNER_EXHAUSTED"
+    assert [s.name for s in recording.spans] == ["run", "planner.step"]  # nothing was evaluated

@@ -64,6 +64,11 @@ def _flaky(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome.succeeded({"read": args["text"]})
 
 
+def _isolated_context(args: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
+    """Runs in a child process: answers with the trace context the child was handed."""
+    return ToolOutcome.succeeded({"traceparent": ctx.trace_headers.get("traceparent", "")})
+
+
 def _one_string(name: str) -> dict[str, Any]:
     """An input of one required, short string argument (and nothing else)."""
     text = {"type": "string", "minLength": 1, "maxLength": 200}
@@ -104,4 +109,5 @@ TOOLS = [
         confirmation=ConfirmationMode.PER_CALL,
     ),
     _contract("traced_flaky", _flaky, retry=RetryPolicy(max_attempts=3, backoff_ms=1)),
+    _contract("traced_isolated", _isolated_context, isolated=True, timeout_ms=20_000),
 ]

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentconsole import telemetry, wiring
 from policy import models as policy_models
+from runs import models as run_models
 from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
@@ -35,6 +36,7 @@ from tests.durable.durable_kit import plan_and_record_intent
 from tests.plugins import traced_tools
 from tests.support.planner import tool_call
 from tests.support.runs import use_run_output_root
+from tests.support.workers import worker_database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -472,3 +474,20 @@ def test_a_command_a_dead_worker_left_is_settled_in_a_recovery_span(
     # The re-executed tool, too, was handed its span's trace context.
     [(_, headers)] = [s for s in traced_tools.SEEN if s[0] == "traced_lookup"]
     assert int(headers["traceparent"].split("-")[2], 16) == _sid(recovered)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_isolated_tool_gets_the_trace_context_in_its_child_process(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The child process reads the test database and the plugin tools from its environment.
+    monkeypatch.setenv("DATABASE_URL", worker_database_url())
+    monkeypatch.setenv("AGENTCONSOLE_TOOLS", "tests.plugins.traced_tools")
+    run = create([tool_call("p1", "traced_isolated", {"text": "x"}), OUTPUTS[-1]])
+    done = services.run_advance(run_id=run.run_id)
+    assert done is not None
+    assert done.status is Status.COMPLETED, done.stop_reason
+    (span,) = named(exporter.get_finished_spans(), "tool.traced_isolated")
+    observation = run_models.Observation.objects.get(run_id=run.run_id, observation_id="tool-1")
+    header = observation.content["value"]["traceparent"]
+    assert header == f"00-{_tid(span):032x}-{_sid(span):016x}-{header[-2:]}"
