@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -127,6 +128,20 @@ def build(
     if endpoint:
         provider.add_span_processor(BatchSpanProcessor(otlp_exporter(endpoint)))
     return OtelTelemetry(provider)
+
+
+@register()
+def check_otlp_exporter(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Export configured but its exporter missing: refuse to start, instead of failing the
+    first run a worker advances (the provider is built lazily, in the worker)."""
+    endpoint = getattr(settings, "AGENTCONSOLE_OTEL_ENDPOINT", "")
+    if not (getattr(settings, "AGENTCONSOLE_OTEL", False) and endpoint):
+        return []
+    try:
+        otlp_exporter(endpoint).shutdown()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="agentconsole.E020")]
+    return []
 
 
 @functools.cache

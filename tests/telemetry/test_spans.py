@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -491,3 +492,18 @@ def test_an_isolated_tool_gets_the_trace_context_in_its_child_process(
     observation = run_models.Observation.objects.get(run_id=run.run_id, observation_id="tool-1")
     header = observation.content["value"]["traceparent"]
     assert header == f"00-{_tid(span):032x}-{_sid(span):016x}-{header[-2:]}"
+
+
+def test_export_configured_without_its_exporter_stops_the_start(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.AGENTCONSOLE_OTEL = True
+    settings.AGENTCONSOLE_OTEL_ENDPOINT = "http://127.0.0.1:4318/v1/traces"
+    assert telemetry.check_otlp_exporter() == []
+    # As if the ``otlp`` extra were not installed: the exporter's module cannot be imported.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    (error,) = telemetry.check_otlp_exporter()
+    assert error.id == "agentconsole.E020"
+    assert "agentconsole[otlp]" in error.msg
+    settings.AGENTCONSOLE_OTEL = False
+    assert telemetry.check_otlp_exporter() == []
