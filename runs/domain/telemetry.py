@@ -127,19 +127,27 @@ NOOP_TELEMETRY: Telemetry = NoopTelemetry()
 # --- Controlled summaries ---------------------------------------------------------------------
 
 OTHER = "OTHER"
-_CODE = re.compile(r"[A-Za-z0-9_.:/@+-]{1,128}")
-PREFIX = "agentconsole."
+_NAME = re.compile(r"[A-Za-z0-9_.:/@+-]{1,128}")
+# Stable codes are UPPER_SNAKE (SCHEMA_VALIDATION_FAILED, TOOL_TIMEOUT): a tool that builds its
+# code from an argument ("NOT_FOUND_" + a path) gets OTHER, whatever the argument looks like.
+_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
+def name(value: object) -> str:
+    """A name the program chose (a registered tool, a model, a layer) as an attribute value;
+    anything else (free text, a long value) becomes ``OTHER``."""
+    return value if isinstance(value, str) and _NAME.fullmatch(value) else OTHER
 
 
 def code(value: object) -> str:
-    """A stable code or name as an attribute value; anything else (free text, a long value)
-    becomes ``OTHER``: a tool or planner that puts content in a code field does not export it."""
+    """A stable code as an attribute value, else ``OTHER``: a tool or planner that puts content
+    in a code field does not export it."""
     return value if isinstance(value, str) and _CODE.fullmatch(value) else OTHER
 
 
 def run_attributes(state: RunState) -> dict[str, AttributeValue]:
     return {
-        "agentconsole.run_id": code(state.run_id),
+        "agentconsole.run_id": name(state.run_id),
         "agentconsole.run.status": state.status.value,
         "agentconsole.run.step": state.step,
         "agentconsole.run.tool_calls": state.tool_calls,
@@ -148,15 +156,15 @@ def run_attributes(state: RunState) -> dict[str, AttributeValue]:
 
 
 def tool_attributes(
-    name: str, version: str, side_effect: str, attempt: int
+    tool: str, version: str, side_effect: str, attempt: int
 ) -> dict[str, AttributeValue]:
     """A registered tool (the runner only executes commands the gate built from the registry)."""
     return {
         "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": code(name),
-        "agentconsole.tool.name": code(name),
-        "agentconsole.tool.version": code(version),
-        "agentconsole.tool.side_effect": code(side_effect),
+        "gen_ai.tool.name": name(tool),
+        "agentconsole.tool.name": name(tool),
+        "agentconsole.tool.version": name(version),
+        "agentconsole.tool.side_effect": name(side_effect),
         "agentconsole.tool.attempt": attempt,
     }
 
@@ -224,7 +232,7 @@ def decision_attributes(commit: Commit, registry: ToolRegistry) -> dict[str, Att
             break
     rejected = by_event.get(ev.PROPOSAL_REJECTED)
     if rejected is not None:
-        attrs["agentconsole.gate.layer"] = code(rejected.get("layer"))
+        attrs["agentconsole.gate.layer"] = name(rejected.get("layer"))
     for event, key in (
         (ev.PROPOSAL_REJECTED, "code"),
         (ev.FINAL_REJECTED, "code"),
@@ -236,14 +244,14 @@ def decision_attributes(commit: Commit, registry: ToolRegistry) -> dict[str, Att
             break
     received = by_event.get(ev.PROPOSAL_RECEIVED) or by_event.get(ev.TOOL_STARTED)
     if received is not None:
-        name, version = received.get("tool"), received.get("version")
+        tool, version = received.get("tool"), received.get("version")
         registered = (
-            isinstance(name, str) and isinstance(version, str) and registry.get(name, version)
+            isinstance(tool, str) and isinstance(version, str) and registry.get(tool, version)
         )
         attrs["agentconsole.tool.registered"] = bool(registered)
         if registered:
-            attrs["agentconsole.tool.name"] = code(name)
-            attrs["agentconsole.tool.version"] = code(version)
+            attrs["agentconsole.tool.name"] = name(tool)
+            attrs["agentconsole.tool.version"] = name(version)
             attrs["agentconsole.tool.side_effect"] = registered.contract.side_effect.value
         cited = received.get("source_observation_ids")
         if isinstance(cited, list):
@@ -278,8 +286,8 @@ def step_attributes(commit: Commit, *, resuming: bool) -> dict[str, AttributeVal
         # No planner output, so no evaluation span: the step says why it ended.
         attrs["agentconsole.code"] = code(stopped.get("reason"))
     if planned is not None:
-        attrs["agentconsole.planner.source"] = code(planned.get("source"))
-        attrs["agentconsole.planner.output_kind"] = code(planned.get("kind"))
+        attrs["agentconsole.planner.source"] = name(planned.get("source"))
+        attrs["agentconsole.planner.output_kind"] = name(planned.get("kind"))
         items = planned.get("context_items")
         if isinstance(items, int):
             attrs["agentconsole.planner.context_items"] = items
@@ -309,7 +317,7 @@ def planner_attributes(report: Mapping[str, Any] | None) -> dict[str, AttributeV
     for key in GENAI_STRING_KEYS:
         value = (report or {}).get(key)
         if value is not None:
-            attrs[key] = code(value)
+            attrs[key] = name(value)
     for key in GENAI_INT_KEYS:
         value = (report or {}).get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

@@ -78,7 +78,6 @@ def test_the_noop_port_records_nothing_and_allocates_no_scope() -> None:
 @pytest.mark.parametrize(
     ("value", "exported"),
     [
-        ("SCHEMA_VALIDATION_FAILED", "SCHEMA_VALIDATION_FAILED"),
         ("qwen2.5:7b-instruct", "qwen2.5:7b-instruct"),
         ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct"),
         ("free text with spaces", t.OTHER),
@@ -89,7 +88,23 @@ def test_the_noop_port_records_nothing_and_allocates_no_scope() -> None:
         ("line\nbreak", t.OTHER),
     ],
 )
-def test_only_code_like_values_are_exported(value: object, exported: str) -> None:
+def test_only_name_like_values_are_exported_as_names(value: object, exported: str) -> None:
+    assert t.name(value) == exported
+
+
+@pytest.mark.parametrize(
+    ("value", "exported"),
+    [
+        ("SCHEMA_VALIDATION_FAILED", "SCHEMA_VALIDATION_FAILED"),
+        ("TOOL_TIMEOUT", "TOOL_TIMEOUT"),
+        ("NOT_FOUND_run-output/secret-plan.md", t.OTHER),  # built from an argument
+        ("BAD_KEY_sk-test-123456", t.OTHER),
+        ("[REDACTED]", t.OTHER),
+        ("lowercase", t.OTHER),
+        ("A" * 65, t.OTHER),
+    ],
+)
+def test_only_upper_snake_codes_are_exported_as_codes(value: object, exported: str) -> None:
     assert t.code(value) == exported
 
 
