@@ -372,9 +372,11 @@ AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PAT
 # standard OTLP endpoint variables (then AGENTCONSOLE_OTEL=0 still turns it off). Export uses
 # OTLP over HTTP/protobuf (pip install 'agentconsole[otlp]'); the exporter reads the other standard
 # OTEL_EXPORTER_OTLP_* variables (headers, timeout) itself, the SDK the OTEL_TRACES_SAMPLER ones.
-_OTLP_BASE = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/")
+# The traces URL: the signal-specific variable as is, else the base endpoint + /v1/traces.
 AGENTCONSOLE_OTEL_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or (
-    f"{_OTLP_BASE}/v1/traces" if _OTLP_BASE else ""
+    (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/") + "/v1/traces")
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    else ""
 )
 AGENTCONSOLE_OTEL = _env_bool(
     "AGENTCONSOLE_OTEL", "1" if AGENTCONSOLE_OTEL_ENDPOINT else "0"
