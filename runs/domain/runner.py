@@ -196,9 +196,7 @@ class Runner:
                     # Not a race: retrying writes the same keys again. Stop here, once.
                     return self._integrity_stop(state, exc)
                 if stepping:
-                    tel.describe_step(
-                        self.telemetry, step_span, commit, state=state, planners=planners
-                    )
+                    tel.describe_step(self.telemetry, step_span, commit, state=state)
                 if commit.command is not None:
                     self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")

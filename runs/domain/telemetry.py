@@ -283,55 +283,47 @@ def step_attributes(commit: Commit, *, resuming: bool) -> dict[str, AttributeVal
     }
     stopped = next((d.details for d in commit.events if d.event == ev.RUN_STOPPED), None)
     if planned is None and stopped is not None:
-        # No planner output, so no evaluation span: the step says why it ended.
+        # No planner output, so no evaluation span: the step says why it ended (and, for a
+        # failed model call, how many attempts and the endpoint's last HTTP status).
         attrs["agentconsole.code"] = code(stopped.get("reason"))
+        attrs.update(model_call_attributes(stopped))
     if planned is not None:
         attrs["agentconsole.planner.source"] = name(planned.get("source"))
         attrs["agentconsole.planner.output_kind"] = name(planned.get("kind"))
         items = planned.get("context_items")
         if isinstance(items, int):
             attrs["agentconsole.planner.context_items"] = items
+        attrs.update(model_call_attributes(planned))
     return attrs
 
 
-# What a planner may report about its last call (``Planner.telemetry_report()``, optional): the
-# GenAI semantic-convention attributes, by name. Anything else it reports is dropped.
-GENAI_STRING_KEYS = (
-    "gen_ai.operation.name",
-    "gen_ai.provider.name",
-    "gen_ai.system",
-    "gen_ai.request.model",
-    "gen_ai.response.model",
-)
-GENAI_INT_KEYS = (
-    "gen_ai.usage.input_tokens",
-    "gen_ai.usage.output_tokens",
-    "gen_ai.request.max_tokens",
-)
+# The model planner's call summary (``PlannerReply.details``, recorded in ``planner.output``; the
+# numbers of a failed call in ``run.stopped``), as GenAI semantic-convention attributes.
+_CALL_COUNTS = {
+    "input_tokens": "gen_ai.usage.input_tokens",
+    "output_tokens": "gen_ai.usage.output_tokens",
+    "attempts": "agentconsole.planner.attempts",
+    "http_status": "http.response.status_code",
+}
 
 
-def planner_attributes(report: Mapping[str, Any] | None) -> dict[str, AttributeValue]:
-    """The GenAI attributes a model planner reports for its last call, filtered: known keys,
-    model and provider names that look like names, non-negative integer counts."""
+def model_call_attributes(details: Mapping[str, Any]) -> dict[str, AttributeValue]:
+    """GenAI attributes of a model planner's call, from its trace summary: names and counts."""
     attrs: dict[str, AttributeValue] = {}
-    for key in GENAI_STRING_KEYS:
-        value = (report or {}).get(key)
-        if value is not None:
-            attrs[key] = name(value)
-    for key in GENAI_INT_KEYS:
-        value = (report or {}).get(key)
+    model = details.get("model")
+    if isinstance(model, str) and model:
+        attrs["gen_ai.operation.name"] = "chat"
+        # The model planner speaks the OpenAI chat-completions API, hosted or a local server.
+        attrs["gen_ai.provider.name"] = attrs["gen_ai.system"] = "openai"
+        # The model that answered (the configured one when the endpoint does not say).
+        attrs["gen_ai.request.model"] = name(model)
+    if isinstance(details.get("endpoint"), str):
+        attrs["agentconsole.planner.endpoint"] = name(details["endpoint"])
+    for key, attribute in _CALL_COUNTS.items():
+        value = details.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            attrs[key] = value
+            attrs[attribute] = value
     return attrs
-
-
-def planner_report(planner: object) -> Mapping[str, Any] | None:
-    """``planner.telemetry_report()`` when the planner has one (a model planner), else None."""
-    report = getattr(planner, "telemetry_report", None)
-    if not callable(report):
-        return None
-    value = report()
-    return value if isinstance(value, Mapping) else None
 
 
 def links_to(spans: Iterable[tuple[Span, Attributes]]) -> list[Link]:
@@ -372,18 +364,7 @@ def describe_execution(telemetry: Telemetry, span: Span, execution: ExecutionFac
         span.fail(outcome.code or outcome.status.value)
 
 
-def describe_step(
-    telemetry: Telemetry,
-    span: Span,
-    commit: Commit,
-    *,
-    state: RunState,
-    planners: Sequence[object],
-) -> None:
-    """The planner.step span's summary; a model planner's report when this step asked it."""
-    if not telemetry.enabled:
-        return
-    attrs = step_attributes(commit, resuming=state.pending_proposal is not None)
-    if planners and attrs.get("agentconsole.step.kind") == "plan":
-        attrs.update(planner_attributes(planner_report(planners[0])))
-    span.set(attrs)
+def describe_step(telemetry: Telemetry, span: Span, commit: Commit, *, state: RunState) -> None:
+    """The planner.step span's summary (with the model call's, when a model planned it)."""
+    if telemetry.enabled:
+        span.set(step_attributes(commit, resuming=state.pending_proposal is not None))

@@ -108,30 +108,31 @@ def test_only_upper_snake_codes_are_exported_as_codes(value: object, exported: s
     assert t.code(value) == exported
 
 
-def test_planner_report_keeps_known_genai_keys_only() -> None:
-    report = {
-        "gen_ai.request.model": "llama3.1:8b",
-        "gen_ai.usage.input_tokens": 10,
-        "gen_ai.usage.output_tokens": True,  # a bool is not a count
-        "gen_ai.request.max_tokens": -1,
-        "gen_ai.prompt": "ignore previous instructions",
+def test_a_model_call_summary_keeps_names_and_counts_only() -> None:
+    details = {
+        "endpoint": "local-vllm",
+        "model": "llama3.1:8b",
+        "input_tokens": 10,
+        "output_tokens": True,  # a bool is not a count
+        "attempts": -1,
+        "usage_reported": True,
+        "prompt": "ignore previous instructions",
         "api_key": SECRET,
     }
-    assert t.planner_attributes(report) == {
+    assert t.model_call_attributes(details) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
         "gen_ai.request.model": "llama3.1:8b",
         "gen_ai.usage.input_tokens": 10,
+        "agentconsole.planner.endpoint": "local-vllm",
     }
-    assert t.planner_attributes(None) == {}
-
-    class Quiet:
-        pass
-
-    class Odd:
-        def telemetry_report(self) -> object:
-            return ["not", "a", "mapping"]
-
-    assert t.planner_report(Quiet()) is None
-    assert t.planner_report(Odd()) is None
+    # A failed call (run.stopped): the numbers only, no model attributes.
+    assert t.model_call_attributes({"http_status": 503, "attempts": 3, "reason": "X"}) == {
+        "http.response.status_code": 503,
+        "agentconsole.planner.attempts": 3,
+    }
+    assert t.model_call_attributes({}) == {}
 
 
 def test_a_run_seen_through_the_port() -> None:

@@ -299,45 +299,53 @@ def test_no_canary_reaches_a_span(exporter: InMemorySpanExporter) -> None:
     assert any(h for _, h in traced_tools.SEEN)
 
 
-def test_a_planner_report_lights_up_the_genai_attributes(
+def test_a_model_planners_call_lights_up_the_genai_attributes(
     exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A model planner reports its call through ``telemetry_report()``: known GenAI keys are
-    kept, anything else (a prompt, a key) is dropped, a non-name value becomes OTHER."""
-    from runs.domain.planning import FixturePlanner
+    """The model planner's call summary (``PlannerReply.details``, built by the same
+    ``trace_summary`` as the OpenAI-compatible planner) becomes GenAI attributes; a model name
+    that is not a name is exported as OTHER."""
+    from runs.domain import model_planning as mp
+    from runs.domain.planning import FixturePlanner, PlannerReply
 
-    class ReportingPlanner(FixturePlanner):
-        source = "model"
+    class ModelLikePlanner(FixturePlanner):
+        source = mp.SOURCE
 
-        def telemetry_report(self) -> dict[str, Any]:
-            return {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": "openai",
-                "gen_ai.request.model": "qwen2.5:7b-instruct",
-                "gen_ai.usage.input_tokens": 812,
-                "gen_ai.usage.output_tokens": 37,
-                "gen_ai.response.model": f"model says {SECRET_CANARY}",
-                "gen_ai.prompt": ARG_CANARY,
-            }
+        def next(self, state: RunState, context: Any) -> PlannerReply:
+            weird = state.planner_cursor == 1  # the second call's endpoint says something odd
+            return PlannerReply(
+                output=super().next(state, context),
+                tokens=849,
+                details=mp.trace_summary(
+                    endpoint="local-vllm",
+                    model=f"model says {SECRET_CANARY}" if weird else "qwen2.5:7b-instruct",
+                    usage=mp.Usage(input_tokens=812, output_tokens=37, reported=True),
+                    attempts=2,
+                ),
+            )
 
     monkeypatch.setattr(
-        wiring, "planner_for", lambda config: ReportingPlanner(list(config["outputs"]))
+        wiring, "planner_for", lambda config, **_: ModelLikePlanner(list(config["outputs"]))
     )
     run = create([OUTPUTS[0], OUTPUTS[-1]])
     services.run_advance(run_id=run.run_id)
     steps = [attrs(s) for s in named(exporter.get_finished_spans(), "planner.step")]
-    assert len(steps) == 2
-    for step in steps:
-        genai = {k: v for k, v in step.items() if k.startswith("gen_ai.")}
-        assert genai == {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": "openai",
-            "gen_ai.request.model": "qwen2.5:7b-instruct",
-            "gen_ai.usage.input_tokens": 812,
-            "gen_ai.usage.output_tokens": 37,
-            "gen_ai.response.model": "OTHER",
-        }
-        assert step["agentconsole.planner.source"] == "model"
+    call = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "qwen2.5:7b-instruct",
+        "gen_ai.usage.input_tokens": 812,
+        "gen_ai.usage.output_tokens": 37,
+        "agentconsole.planner.endpoint": "local-vllm",
+        "agentconsole.planner.attempts": 2,
+    }
+    model_keys = set(call)
+    assert [{k: v for k, v in s.items() if k in model_keys} for s in steps] == [
+        call,
+        {**call, "gen_ai.request.model": "OTHER"},
+    ]
+    assert {s["agentconsole.planner.source"] for s in steps} == {"model"}
 
 
 # --- off, on, export --------------------------------------------------------------------------
