@@ -19,6 +19,7 @@ from typing import Any, cast
 import dj_database_url
 
 from agentconsole import env
+from agentconsole.otel_env import otel_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -367,21 +368,8 @@ AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TI
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
 AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
 
-# --- OpenTelemetry (agentconsole/telemetry.py; README "Tracing with OpenTelemetry") -----------
-# Off by default: no tracer provider, no spans. On with AGENTCONSOLE_OTEL=1, or by setting the
-# standard OTLP endpoint variables (then AGENTCONSOLE_OTEL=0 still turns it off). Export uses
-# OTLP over HTTP/protobuf (pip install 'agentconsole[otlp]'); the exporter reads the other standard
-# OTEL_EXPORTER_OTLP_* variables (headers, timeout) itself, the SDK the OTEL_TRACES_SAMPLER ones.
-# The traces URL: the signal-specific variable as is, else the base endpoint + /v1/traces.
-AGENTCONSOLE_OTEL_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or (
-    (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/") + "/v1/traces")
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-    else ""
-)
-AGENTCONSOLE_OTEL = _env_bool(
-    "AGENTCONSOLE_OTEL", "1" if AGENTCONSOLE_OTEL_ENDPOINT else "0"
-) and not _env_bool("OTEL_SDK_DISABLED", "0")
-AGENTCONSOLE_OTEL_SERVICE_NAME = os.environ.get("OTEL_SERVICE_NAME", "agentconsole")
+# --- OpenTelemetry: off unless asked for (agentconsole/otel_env.py says how) ---------------
+AGENTCONSOLE_OTEL, AGENTCONSOLE_OTEL_ENDPOINT, AGENTCONSOLE_OTEL_SERVICE_NAME = otel_settings()
 
 # --- Logging ----------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentconsole import logs
 from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Telemetry
 from runs.domain.telemetry import Link as PortLink
 
@@ -158,6 +159,8 @@ def from_settings() -> Telemetry:
         log.warning("AGENTCONSOLE_OTEL is on without an OTLP endpoint: spans are not exported")
     # Global too, so other instrumentation in the process (an HTTP client's) joins our traces.
     trace.set_tracer_provider(telemetry.provider)
+    # Log records get the current span's ids (agentconsole.logs; printed with LOG_FORMAT=json).
+    logs.set_trace_ids_provider(log_trace_ids)
     return telemetry
 
 
@@ -170,15 +173,3 @@ def log_trace_ids() -> dict[str, str]:
         "trace_id": format(context.trace_id, "032x"),
         "span_id": format(context.span_id, "016x"),
     }
-
-
-class TraceIdsFilter(logging.Filter):
-    """Puts ``trace_id`` and ``span_id`` on every record (empty strings outside a span), for a
-    log format or a JSON formatter to print: ``"filters": {"trace_ids": {"()":
-    "agentconsole.telemetry.TraceIdsFilter"}}`` on a handler."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        ids: dict[str, Any] = log_trace_ids()
-        record.trace_id = ids.get("trace_id", "")
-        record.span_id = ids.get("span_id", "")
-        return True

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentconsole import telemetry, wiring
+from agentconsole import logs, telemetry, wiring
 from policy import models as policy_models
 from runs import models as run_models
 from runs import services
@@ -73,6 +73,7 @@ def plugin_tools(settings: Any, tmp_path: Path) -> Iterator[None]:
     yield
     wiring.registry.cache_clear()
     CACHED_FROM_SETTINGS.cache_clear()
+    logs.set_trace_ids_provider(None)  # a test that turned tracing on installed it
     traced_tools.reset()
 
 
@@ -438,17 +439,26 @@ def test_otlp_export_sends_the_spans_to_the_endpoint(
     }
 
 
-def test_log_records_carry_the_current_trace_and_span_ids(exporter: InMemorySpanExporter) -> None:
+def test_log_records_carry_the_current_trace_and_span_ids(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(telemetry.trace, "set_tracer_provider", lambda provider: None)
+    settings.AGENTCONSOLE_OTEL = True
+    settings.AGENTCONSOLE_OTEL_ENDPOINT = ""
     on = telemetry.from_settings()
-    record = logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None)
-    with on.span("run") as span:
-        telemetry.TraceIdsFilter().filter(record)
-        context = span.link
-    assert record.trace_id == format(context.trace_id, "032x")  # type: ignore[attr-defined]
-    assert record.span_id == format(context.span_id, "016x")  # type: ignore[attr-defined]
-    outside = logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None)
-    telemetry.TraceIdsFilter().filter(outside)
-    assert (outside.trace_id, outside.span_id) == ("", "")  # type: ignore[attr-defined]
+    try:
+        record = logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None)
+        with on.span("run") as span:
+            logs.RunContextFilter().filter(record)
+            context = span.link
+        assert record.trace_id == format(context.trace_id, "032x")  # type: ignore[attr-defined]
+        assert record.span_id == format(context.span_id, "016x")  # type: ignore[attr-defined]
+        outside = logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None)
+        logs.RunContextFilter().filter(outside)
+        assert (outside.trace_id, outside.span_id) == (None, None)  # type: ignore[attr-defined]
+    finally:
+        logs.set_trace_ids_provider(None)
+        on.shutdown()
 
 
 def test_an_exception_leaving_a_span_records_its_type_never_its_message(
