@@ -19,6 +19,7 @@ from typing import Any, cast
 import dj_database_url
 
 from agentconsole import env
+from agentconsole.otel_env import otel_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -366,6 +367,9 @@ AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TI
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
 AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
+
+# --- OpenTelemetry: off unless asked for (agentconsole/otel_env.py says how) ---------------
+AGENTCONSOLE_OTEL, AGENTCONSOLE_OTEL_ENDPOINT, AGENTCONSOLE_OTEL_SERVICE_NAME = otel_settings()
 
 # --- Logging ----------------------------------------------------------------------------------
 

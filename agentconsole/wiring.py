@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
+from agentconsole import telemetry
 from agentconsole.metrics import StepTimingStore
 from memory import tools as memory_tools
 from memory.policies import memory_policies
@@ -229,6 +230,7 @@ def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> 
         # A tool thread opens its own database connection; close it when the thread ends.
         "on_thread_exit": connections.close_all,
         "clock": clock.now_ms,
+        "trace_headers": telemetry.from_settings().trace_headers,
     }
     if not getattr(settings, "AGENTCONSOLE_FAULTS_ENABLED", False):
         # Production: no fault layer at all (issue 9 item 6), in this process or in the child.
@@ -247,6 +249,7 @@ def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runne
         clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),
+        telemetry=telemetry.from_settings(),
     )
 
 

@@ -41,6 +41,7 @@ class ThreadExecutor:
         on_thread_exit: Callable[[], None] | None = None,
         clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         isolated_call: Call | None = None,
+        trace_headers: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self.registry = registry
         self.secrets = secrets or {}
@@ -49,6 +50,10 @@ class ThreadExecutor:
         self.clock = clock
         # Runs a tool marked ``isolated`` in a child process that is killed at its deadline.
         self.isolated_call = isolated_call
+        # The W3C trace context of the current (tool) span, handed to the tool so it (or the HTTP
+        # server it calls) continues the trace. Read here, in the runner's thread: the tool's
+        # own thread does not inherit the tracing context.
+        self.trace_headers = trace_headers
 
     def run(
         self,
@@ -184,6 +189,7 @@ class ThreadExecutor:
             confirmation_id=command.confirmation_id,
             proposal_id=command.proposal_id,
             secrets=secrets,
+            trace_headers=dict(self.trace_headers()) if self.trace_headers else {},
             services=self.services,
         )
 

@@ -76,6 +76,7 @@ def main() -> int:
             confirmation_id=c["confirmation_id"],
             proposal_id=c.get("proposal_id"),
             secrets=c["secrets"],
+            trace_headers=c.get("trace_headers", {}),
             services=c["services"],
         )
         try:

@@ -54,6 +54,7 @@ def run_isolated(
                 "confirmation_id": ctx.confirmation_id,
                 "proposal_id": ctx.proposal_id,
                 "secrets": dict(ctx.secrets),
+                "trace_headers": dict(ctx.trace_headers),
                 "services": {k: v for k, v in ctx.services.items() if isinstance(v, str)},
             },
         }

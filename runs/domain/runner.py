@@ -24,6 +24,7 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
+from runs.domain import telemetry as tel
 from runs.domain.clock import Clock, SystemClock
 from runs.domain.commits import Commit
 from runs.domain.decide import decide
@@ -40,6 +41,7 @@ from runs.domain.planning import (
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
+from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Span, Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,7 @@ class Runner:
         context_extras: Callable[[RunState], dict[str, Any]] | None = None,
         watch: Watch | None = None,
         quota: StepQuota | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -117,6 +120,7 @@ class Runner:
         self.context_extras = context_extras
         self.watch = watch or _no_watch
         self.quota = quota
+        self.telemetry = telemetry or NOOP_TELEMETRY
         # (run id, step number) whose quota unit is paid: a commit that lost a race is decided
         # again for the same step and must not pay twice.
         self._paid: tuple[str, int] | None = None
@@ -130,7 +134,15 @@ class Runner:
         ``running``: the caller hands it back to the queue so other runs get a worker too.
         Only a new planner step ends a slice (a pending proposal is settled first), so the
         returned run holds no started command.
+
+        One ``run`` span per advance (runs.domain.telemetry has the span model).
         """
+        with self.telemetry.span("run", {"agentconsole.run_id": run_id}) as span:
+            state = self._advance(run_id, max_iterations=max_iterations, slice_steps=slice_steps)
+            span.set(tel.run_attributes(state))
+            return state
+
+    def _advance(self, run_id: str, *, max_iterations: int, slice_steps: int) -> RunState:
         planners: list[Planner] = []
 
         def planner() -> Planner:
@@ -157,26 +169,36 @@ class Runner:
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
                 return state
-            try:
-                commit = self._next_commit(state, planner)
-                if commit is None:
-                    return state
-                applied = self.store.apply(commit)
-            except VersionConflict:
-                # Someone else moved the run (a cancel, a decision, another worker): re-decide
-                # from the authoritative state. Bounded so a livelock surfaces as an error.
-                conflicts += 1
-                if conflicts > MAX_CONFLICT_RETRIES:
-                    raise
-                # The planner configuration is reloaded too: a user's erase (issue 9 item 11)
-                # may have rewritten it, and a cached copy would write the erased values back.
-                planners.clear()
-                continue
-            except IntegrityViolation as exc:
-                # Not a race: retrying writes the same keys again. Stop here, once.
-                return self._integrity_stop(state, exc)
-            if commit.command is not None:
-                self._execute(applied, commit.command)
+            # A running run's iteration is a step (plan, or resume a confirmed proposal): its
+            # span holds the gate's evaluation and the tool attempts the step starts.
+            stepping = state.status is Status.RUNNING
+            scope = self.telemetry.span("planner.step") if stepping else tel.no_span()
+            with scope as step_span:
+                try:
+                    commit = self._next_commit(state, planner)
+                    if commit is None:
+                        return state
+                    applied = self.store.apply(commit)
+                except VersionConflict:
+                    # Someone else moved the run (a cancel, a decision, another worker):
+                    # re-decide from the authoritative state. Bounded so a livelock surfaces
+                    # as an error.
+                    step_span.set({"agentconsole.step.conflict": True})
+                    conflicts += 1
+                    if conflicts > MAX_CONFLICT_RETRIES:
+                        raise
+                    # The planner configuration is reloaded too: a user's erase (issue 9 item
+                    # 11) may have rewritten it, and a cached copy would write the erased
+                    # values back.
+                    planners.clear()
+                    continue
+                except IntegrityViolation as exc:
+                    # Not a race: retrying writes the same keys again. Stop here, once.
+                    return self._integrity_stop(state, exc)
+                if stepping:
+                    tel.describe_step(self.telemetry, step_span, commit, state=state)
+                if commit.command is not None:
+                    self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
 
     def _integrity_stop(self, state: RunState, exc: IntegrityViolation) -> RunState:
@@ -224,18 +246,26 @@ class Runner:
                 return lifecycle.fail(state, exc.code, **failure_details(exc))
             source = planner().source
             summary.update(details)
-        return decide(
-            state,
-            raw,
-            source=source,
-            grants=grants,
-            confirmations=self.store.confirmations(state.run_id),
-            registry=self.registry,
-            lookups=self.store.lookups(state.run_id),
-            now_ms=now,
-            context_summary=summary,
-            tokens=tokens,
-        )
+        # A final answer's validation and a proposal's gate evaluation both happen in decide();
+        # the span is named by what the output says it is (a final that fails to parse is a
+        # final that failed validation).
+        final = isinstance(raw, dict) and raw.get("kind") == "final"
+        with self.telemetry.span("final.validate" if final else "policy.evaluate") as span:
+            commit = decide(
+                state,
+                raw,
+                source=source,
+                grants=grants,
+                confirmations=self.store.confirmations(state.run_id),
+                registry=self.registry,
+                lookups=self.store.lookups(state.run_id),
+                now_ms=now,
+                context_summary=summary,
+                tokens=tokens,
+            )
+            if self.telemetry.enabled:
+                span.set(tel.decision_attributes(commit, self.registry))
+        return commit
 
     def _pay_step(self, state: RunState, now_ms: int) -> bool:
         """Spend one unit of the subject's daily quota on the step about to be planned; False
@@ -283,12 +313,20 @@ class Runner:
         """Run the command; retry a retryable failure under its retry policy, same token."""
         contract = self._contract(command)
         cancel = CancelSignal()
+        previous: list[tuple[Span, Attributes]] = []
+        delay = 0
         with self.watch(state.run_id, cancel):
             while True:
                 # The tool's deadline counts from now, not from the decision: waiting for the
                 # intent to commit (a busy database) must not eat the tool's own time.
                 command = self._fresh(command, contract, state)
-                execution = self.executor.run(command, contract, state, cancel)
+                # Each attempt its own span; a retry links to the attempt it repeats.
+                with tel.tool_span(
+                    self.telemetry, contract, attempt, links=previous, backoff_ms=delay
+                ) as span:
+                    execution = self.executor.run(command, contract, state, cancel)
+                    tel.describe_execution(self.telemetry, span, execution)
+                previous = [(span, {"agentconsole.link": "previous-attempt"})]
                 outcome = execution.outcome
                 policy = contract.retry
                 if (
@@ -332,8 +370,13 @@ class Runner:
         if state.status is Status.CANCELLING:
             # Cancelling: the effect is checked, but no tool starts again (seed §7, §13).
             cancel.cancel("CANCEL_REQUESTED")
-        with self.watch(state.run_id, cancel):
+        with (
+            self.watch(state.run_id, cancel),
+            tel.tool_span(self.telemetry, contract, attempt) as span,
+        ):
             how, execution = self.executor.recover(command, contract, state, cancel)
+            span.set({"agentconsole.tool.recovery": how})
+            tel.describe_execution(self.telemetry, span, execution)
         self._apply_fresh(state.run_id, lambda cur: lifecycle.recovered(cur, command, how=how))
         self._settle(state.run_id, command, contract, execution)
 

@@ -35,6 +35,8 @@ FORBIDDEN_ROOTS = frozenset(
         "psycopg",
         "psycopg2",
         "agentconsole",
+        # Tracing goes through the port in runs.domain.telemetry; the adapter is Django-side.
+        "opentelemetry",
     }
 )
 
