@@ -51,7 +51,7 @@ def test_the_readme_settings_register_and_validate(settings: Any) -> None:
     wiring.registry.cache_clear()
     wiring.tool_policy.cache_clear()
     try:
-        names = {c.name for c in wiring.registry()}
+        names = {c.name for c in wiring.static_contracts()}
         assert {"tracker_read", "tracker_comment"} <= names
         assert wiring.tool_policy().data() == {
             "tracker_comment": {"confirmation": "when_untrusted", "approvers": "owner"}
