@@ -4,7 +4,7 @@
 
 ``tracker_read`` returns a ticket's system fields (trusted) beside its description, which anyone
 could have written (labelled untrusted). ``tracker_comment`` posts a comment, optionally with a
-link; the proposal id goes into the comment so the tracker can show which call wrote it.
+link and labels; the proposal id goes into the comment so the tracker can show which call wrote it.
 """
 
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
@@ -72,13 +72,18 @@ TOOLS = [
     ToolContract(
         name="tracker_comment",
         version="1",
-        description="Post a comment on a ticket, optionally with a link.",
+        description="Post a comment on a ticket, optionally with a link and labels.",
         input_schema={
             "type": "object",
             "properties": {
                 "ticket": _TICKET,
                 "text": {"type": "string", "minLength": 1, "maxLength": 2000},
                 "link": {"type": "string", "maxLength": 500},
+                "labels": {
+                    "type": "array",
+                    "items": {"type": "string", "maxLength": 32},
+                    "maxItems": 8,
+                },
             },
             "required": ["ticket", "text"],
             "additionalProperties": False,

@@ -93,11 +93,17 @@ def test_the_readme_example_runs_as_described(readme_deployment: Any) -> None:
     elsewhere = tool_call(
         "p3", "tracker_comment", {"ticket": "OPS-7", "text": "x", "link": "https://evil.test/"}
     )
-    clean = tool_call("p4", "tracker_comment", {"ticket": "OPS-7", "text": "on it"})
-    tainted = tool_call(
-        "p5", "tracker_comment", {"ticket": "OPS-7", "text": "as asked"}, sources=["tool-1"]
+    labelled = tool_call(
+        "p4", "tracker_comment", {"ticket": "OPS-7", "text": "x", "labels": ["ops", "urgent"]}
     )
-    run = _run([read, bad_id, elsewhere, clean, tainted])
+    # No labels (absent_or) and a label of the list (subset_of) both pass.
+    clean = tool_call(
+        "p5", "tracker_comment", {"ticket": "OPS-7", "text": "on it", "labels": ["ops"]}
+    )
+    tainted = tool_call(
+        "p6", "tracker_comment", {"ticket": "OPS-7", "text": "as asked"}, sources=["tool-1"]
+    )
+    run = _run([read, bad_id, elsewhere, labelled, clean, tainted])
 
     assert m.Observation.objects.get(run_id=run.pk, observation_id="tool-1").trust == (
         "untrusted-content"
@@ -106,10 +112,11 @@ def test_the_readme_example_runs_as_described(readme_deployment: Any) -> None:
     assert sorted(refused.values_list("observation_id", "content__code")) == [
         ("policy-2", "CAPABILITY_CONSTRAINT_VIOLATED"),  # not a full match of the pattern
         ("policy-3", "CAPABILITY_CONSTRAINT_VIOLATED"),  # a link to another host
+        ("policy-4", "CAPABILITY_CONSTRAINT_VIOLATED"),  # a label not in the list
     ]
     # The comment citing only the user's request was posted at once, naming its proposal.
-    assert [c["by"] for c in tracker.COMMENTS.values()] == [f"agentconsole {run.pk}/p4"]
+    assert [c["by"] for c in tracker.COMMENTS.values()] == [f"agentconsole {run.pk}/p5"]
     # The comment citing the ticket's untrusted description waits for a person.
     assert run.status == Status.WAITING_CONFIRMATION.value
     pending = Confirmation.objects.get(pk=run.pending_confirmation_id)
-    assert pending.proposal["proposal_id"] == "p5"
+    assert pending.proposal["proposal_id"] == "p6"
