@@ -170,6 +170,6 @@ def test_the_queue_reads_in_a_fixed_number_of_queries_with_four_eyes_items(
         page = client.get(QUEUE).content.decode("utf-8")
     assert len(shown(page)) == 6
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
-    # session, user, roles; the confirmations joined to their runs; the cited observations; the
-    # approvals of the four-eyes items (one query for all of them)
-    assert len(one) == 6, [q["sql"] for q in one.captured_queries]
+    # session, user, roles; the MCP catalog stamp (the registry); the confirmations joined to
+    # their runs; the cited observations; the approvals of the four-eyes items (one query)
+    assert len(one) == 7, [q["sql"] for q in one.captured_queries]
