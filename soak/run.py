@@ -128,6 +128,9 @@ def process_env(cfg: Config, database_url: str, redis_url: str, queue: str, out:
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
             "DEBUG": "0",
+            # The driver talks plain HTTP to each web process, as a TLS proxy in front would:
+            # production's default redirect to HTTPS (DEBUG=0) would answer it with a 301.
+            "SECURE_SSL_REDIRECT": "0",
             "SECRET_KEY": env.get("SECRET_KEY") or "soak-" + uuid.uuid4().hex,
             # A private queue on the shared Redis: web processes enqueue to it, workers and the
             # sweeper consume and send to it; nobody else's worker sees these runs.

@@ -12,9 +12,11 @@ request is sent nothing can have happened, after it anything may have.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO, cast
 
@@ -95,6 +97,31 @@ def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+def _run_sync(fn: Callable[[], Awaitable[Any]]) -> Any:
+    """``anyio.run(fn)``, also from a thread whose event loop is running (an async caller, or
+    a library that drives one on the main thread): there the call gets a thread of its own,
+    since an event loop cannot be started inside a running one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(fn)
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(anyio.run(fn))
+        except BaseException as exc:  # handed back to the caller as it is
+            error.append(exc)
+
+    worker = threading.Thread(target=target, name="mcp-call", daemon=True)
+    worker.start()
+    worker.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def list_tools(
     server: McpServerSpec, *, secrets: Mapping[str, str], timeout_s: float = 10.0
 ) -> list[dict[str, Any]]:
@@ -112,7 +139,7 @@ def list_tools(
 
     try:
         with _devnull() as errlog:
-            return anyio.run(run)
+            return _run_sync(run)
     except McpError:
         raise
     except Exception as exc:  # the SDK and the transports raise many kinds; one answer
@@ -227,7 +254,7 @@ def call_tool(
     with _devnull() as errlog:
         call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog)
         try:
-            outcome = anyio.run(call.bounded)
+            outcome = _run_sync(call.bounded)
         except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
             log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, call.sent)
             return _interrupted(sent=call.sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")

@@ -103,4 +103,8 @@ def test_every_object_route_is_covered() -> None:
         "confirmations/<str:confirmation_id>/decline/", "handoffs/<int:handoff_id>/",
         "handoffs/<int:handoff_id>/claim/", "handoffs/<int:handoff_id>/resolve/",
         "preferences/changes/<int:change_id>/apply/", "preferences/<str:key>/revoke/",
+        # The MCP catalog belongs to the deployment, not to a person: there is no foreign id,
+        # only operators reach these at all (tests/api/test_matrix.py), a missing name is 404.
+        "mcp/servers/<str:name>/", "mcp/servers/<str:name>/refresh/",
+        "mcp/servers/<str:name>/enabled/", "mcp/servers/<str:name>/tools/<str:tool>/accept/",
     }  # fmt: skip

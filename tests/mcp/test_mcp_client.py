@@ -4,6 +4,7 @@ request was sent (before: failed and retryable; after: unknown for a write)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +63,19 @@ def test_the_token_and_trace_context_reach_the_server(notes: NotesServer) -> Non
         assert seen["headers"]["traceparent"] == TRACEPARENT
         assert seen["headers"]["authorization"] == TOKEN
         assert "x-other" not in seen["headers"]  # only W3C trace context crosses
+
+
+def test_a_call_from_a_thread_whose_event_loop_runs(notes: NotesServer) -> None:
+    """A caller already inside a running event loop (an async view; Playwright's sync API
+    drives one on the main thread) still lists and calls: anyio cannot nest loops, so the
+    client moves the call to a thread of its own."""
+
+    async def inside() -> ToolOutcome:
+        return call(notes, "post_note", read_only=False, text="from a loop")
+
+    outcome = asyncio.run(inside())
+    assert outcome.status is OutcomeStatus.SUCCEEDED
+    assert len(notes.calls("post_note")) == 1
 
 
 @pytest.fixture
