@@ -73,7 +73,13 @@ def test_a_call_from_a_thread_whose_event_loop_runs(notes: NotesServer) -> None:
     async def inside() -> ToolOutcome:
         return call(notes, "post_note", read_only=False, text="from a loop")
 
-    outcome = asyncio.run(inside())
+    # The loop runs in a thread of the test's own (the test process's main thread may already
+    # run one: Playwright's, when the browser tests ran first).
+    outcomes: list[ToolOutcome] = []
+    runner = threading.Thread(target=lambda: outcomes.append(asyncio.run(inside())))
+    runner.start()
+    runner.join(timeout=120)
+    (outcome,) = outcomes
     assert outcome.status is OutcomeStatus.SUCCEEDED
     assert len(notes.calls("post_note")) == 1
 
