@@ -38,6 +38,7 @@ def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResp
             # What the operator accepts, in full: the listing and the schema the gate will use.
             tool["listing_json"] = pretty_json(tool["listing"]) if tool["listing"] else ""
             tool["schema_json"] = pretty_json(tool["input_schema"]) if tool["input_schema"] else ""
+            tool["hints"] = annotation_hints((tool["listing"] or {}).get("annotations"))
     context = {
         "servers": servers,
         "error": error,
@@ -45,6 +46,21 @@ def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResp
         "confirmations": [c.value for c in ConfirmationMode],
     }
     return render(request, PAGE, context, status=status)
+
+
+HINTS = {
+    "readOnlyHint": "read-only",
+    "destructiveHint": "destructive",
+    "idempotentHint": "idempotent",
+    "openWorldHint": "open world",
+}
+
+
+def annotation_hints(annotations: object) -> list[str]:
+    """The server's own hints, named for the operator choosing a policy (they only tighten it)."""
+    if not isinstance(annotations, dict):
+        return []
+    return [f"server says {label}" for key, label in HINTS.items() if annotations.get(key) is True]
 
 
 @require_GET

@@ -18,8 +18,10 @@ every run).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -42,6 +44,7 @@ from tests.browser.browser_kit import (
     missing,
     shot,
 )
+from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
 
 
 def _redis_url() -> str:
@@ -63,6 +66,9 @@ def console() -> Iterator[Console]:
         "AGENTCONSOLE_DEMO": "1",
         "AGENTCONSOLE_QUEUE": queue,
         "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
+        # The MCP tools page's test registers the test notes server over stdio (tests/mcp).
+        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([sys.executable]),
+        "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
     }
     if not ctx.redis_url:
         extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")
