@@ -43,36 +43,45 @@ CitedObservations = Callable[..., Mapping[tuple[str, str], Mapping[str, Any]]]
 
 
 def run_grants(*, run_id: str) -> list[CapabilityGrant]:
+    # Read on every step: plain values, no model instances.
+    rows = Grant.objects.filter(run_id=run_id).values_list(
+        "id", "capability", "resource_scope", "expires_at_step", "max_calls", "calls_used",
+        "constraints",
+    )  # fmt: skip
     return [
         CapabilityGrant(
-            grant_id=g.id,
-            capability=g.capability,
-            run_id=g.run_id,
-            resource_scope=g.resource_scope,
-            expires_at_step=g.expires_at_step,
-            max_calls=g.max_calls,
-            calls_used=g.calls_used,
-            constraints=g.constraints,
+            grant_id=grant_id,
+            capability=capability,
+            run_id=run_id,
+            resource_scope=scope,
+            expires_at_step=expires,
+            max_calls=max_calls,
+            calls_used=used,
+            constraints=constraints,
         )
-        for g in Grant.objects.filter(run_id=run_id)
+        for grant_id, capability, scope, expires, max_calls, used, constraints in rows
     ]
 
 
 def run_confirmations(*, run_id: str) -> list[Confirmation]:
     # Used and expired ones authorize nothing; they are read so the trace can say why a
     # proposal still needs a person (CONFIRMATION_ALREADY_USED). At most one per step.
-    rows = ConfirmationRow.objects.filter(run_id=run_id).order_by()
+    rows = (
+        ConfirmationRow.objects.filter(run_id=run_id)
+        .order_by()
+        .values_list("id", "proposal_hash", "status", "expires_at_step", "tool_name", "hash_scheme")
+    )
     return [
         Confirmation(
-            confirmation_id=c.id,
-            run_id=c.run_id,
-            proposal_hash=c.proposal_hash,
-            status=ConfirmationStatus(c.status),
-            expires_at_step=c.expires_at_step,
-            tool_name=c.tool_name or None,
-            hash_scheme=c.hash_scheme,
+            confirmation_id=confirmation_id,
+            run_id=run_id,
+            proposal_hash=proposal_hash,
+            status=ConfirmationStatus(status),
+            expires_at_step=expires,
+            tool_name=tool_name or None,
+            hash_scheme=hash_scheme,
         )
-        for c in rows
+        for confirmation_id, proposal_hash, status, expires, tool_name, hash_scheme in rows
     ]
 
 

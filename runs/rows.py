@@ -26,6 +26,16 @@ def row_to_state(run: m.Run) -> RunState:
     )
 
 
+# The columns a RunState is made of (``load`` reads only these: not the planner configuration,
+# budgets or faults, JSON documents a step never needs and the fixture planner's can be large).
+LOAD_COLUMNS = ("id", *CREATED_FIELDS[1:], *STATE_FIELDS)
+
+
+def values_to_state(values: dict[str, Any]) -> RunState:
+    """A RunState from ``Run.objects.values(*LOAD_COLUMNS)``: no model instance is built."""
+    return RunState(run_id=values.pop("id"), **values)
+
+
 def state_fields(state: RunState) -> dict[str, Any]:
     dumped = state.model_dump(mode="json")
     return {f: dumped[f] for f in STATE_FIELDS}
@@ -43,14 +53,14 @@ def to_observation(row: m.Observation) -> Observation:
     )
 
 
-def to_item(row: WorkingMemoryItem) -> WorkingItem:
-    return WorkingItem(
-        item_id=row.item_id,
-        kind=row.kind,
-        content=row.content,
-        trust=row.trust,
-        source_ids=tuple(row.source_ids),
-        created_at_step=row.created_at_step,
-        expires_after_step=row.expires_after_step,
-        seq=row.seq,
-    )
+ITEM_COLUMNS = (
+    "item_id", "kind", "content", "trust", "source_ids", "created_at_step",
+    "expires_after_step", "seq",
+)  # fmt: skip
+
+
+def working_items(run_id: str) -> list[WorkingItem]:
+    """The run's stored working-memory items (bounded by ``memory.domain.working``), read as
+    plain values on every step."""
+    rows = WorkingMemoryItem.objects.filter(run_id=run_id).values(*ITEM_COLUMNS)
+    return [WorkingItem(**{**r, "source_ids": tuple(r["source_ids"])}) for r in rows]

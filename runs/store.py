@@ -17,7 +17,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from memory.domain.working import WorkingItem, admit, untrusted_sources
-from memory.models import WorkingMemoryItem
 from policy import selectors as policy_selectors
 from policy import services as policy_services
 from policy.domain.confirmations import Confirmation
@@ -30,7 +29,13 @@ from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
-from runs.rows import row_to_state, state_fields, to_item, to_observation
+from runs.rows import (
+    LOAD_COLUMNS,
+    state_fields,
+    to_observation,
+    values_to_state,
+    working_items,
+)
 from runs.writers import WRITERS, At, write_run
 
 
@@ -55,8 +60,7 @@ class OrmLookups:
         return dict(rows)
 
     def untrusted_in_view(self, step: int) -> tuple[str, ...]:
-        rows = WorkingMemoryItem.objects.filter(run_id=self.run_id)
-        return untrusted_sources(admit([to_item(r) for r in rows], [], step=step))
+        return untrusted_sources(admit(working_items(self.run_id), [], step=step))
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         if not observation_ids:
@@ -140,10 +144,10 @@ class OrmRunStore:
             )
 
     def load(self, run_id: str) -> RunState:
-        try:
-            return row_to_state(m.Run.objects.get(pk=run_id))
-        except m.Run.DoesNotExist:
-            raise NotFound(f"no run {run_id}", run_id=run_id) from None
+        values = m.Run.objects.filter(pk=run_id).values(*LOAD_COLUMNS).first()
+        if values is None:
+            raise NotFound(f"no run {run_id}", run_id=run_id)
+        return values_to_state(values)
 
     def apply(self, commit: Commit, *, decided_by: Any = None) -> RunState:
         """Write ``commit`` atomically iff the run is still at ``commit.expected_version``."""
@@ -186,8 +190,7 @@ class OrmRunStore:
             write(commit, at)
 
     def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
-        rows = WorkingMemoryItem.objects.filter(run_id=run_id)
-        return admit([to_item(r) for r in rows], [], step=step)
+        return admit(working_items(run_id), [], step=step)
 
     def grants(self, run_id: str) -> list[CapabilityGrant]:
         return policy_selectors.run_grants(run_id=run_id)

@@ -25,7 +25,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import LeaseLost, VersionConflict
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
-from runs.rows import state_fields, to_item
+from runs.rows import state_fields, working_items
 
 HANDOFF_OBSERVATIONS = 5
 
@@ -92,14 +92,13 @@ def _write_working(commit: Commit, at: At) -> None:
     """Apply the eviction rule to at most max_items + len(new) rows: constant per step."""
     if not commit.working_items:
         return
-    rows = WorkingMemoryItem.objects.filter(run_id=at.run_id)
-    current = [to_item(r) for r in rows]
+    current = working_items(at.run_id)
     kept = admit(current, commit.working_items, step=at.state.step)
     kept_ids = {i.item_id for i in kept}
     current_ids = {i.item_id for i in current}
     # Always one DELETE (of whatever is not kept), so a step costs the same number of
     # queries whether or not the caps evict something.
-    rows.exclude(item_id__in=list(kept_ids)).delete()
+    WorkingMemoryItem.objects.filter(run_id=at.run_id).exclude(item_id__in=list(kept_ids)).delete()
     WorkingMemoryItem.objects.bulk_create(
         WorkingMemoryItem.from_item(at.run_id, i) for i in kept if i.item_id not in current_ids
     )
