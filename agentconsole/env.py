@@ -99,3 +99,17 @@ def model_endpoints() -> dict[str, dict[str, Any]]:
             "timeout_s": float(os.environ.get("AGENTCONSOLE_MODEL_TIMEOUT_S", "60")),
         }
     return out
+
+
+def postgres_pool() -> dict[str, Any]:
+    """The per-process PostgreSQL connection pool (Django's ``OPTIONS["pool"]``, psycopg_pool).
+
+    Under ASGI every request runs in a thread of its own, and per-thread persistent connections
+    (``CONN_MAX_AGE``) piled up until PostgreSQL refused new clients (the soak: ~48 per web
+    process). A bounded pool per process instead: a request waits up to ``DB_POOL_TIMEOUT_S``
+    for a connection, then gets 503 ``DATABASE_UNAVAILABLE``."""
+    return {
+        "min_size": int(os.environ.get("DB_POOL_MIN_SIZE", "1")),
+        "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")),
+        "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "10")),
+    }

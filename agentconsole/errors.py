@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
@@ -36,6 +37,7 @@ _DEFAULTS: dict[int, tuple[str, str]] = {
     415: ("UNSUPPORTED_MEDIA_TYPE", "Unsupported media type."),
     429: ("THROTTLED", "Too many requests."),
     500: ("INTERNAL_ERROR", "Internal server error."),
+    503: ("DATABASE_UNAVAILABLE", "The database is not available right now; retry shortly."),
 }
 _NOT_YOURS = "No such page, or it is not yours to see."
 # Headers a replaced response keeps: they tell the client what to do next.
@@ -148,6 +150,15 @@ class ApiErrorMiddleware:
         return replaced
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> Any:
+        if isinstance(exception, OperationalError):
+            # The database refused or did not answer (its client limit, a restart, no pooled
+            # connection within DB_POOL_TIMEOUT_S): a condition to retry, not a bug. Rolled
+            # back like any failed request; the first line names the cause, never a secret.
+            first = str(exception).splitlines()[0][:200] if str(exception) else ""
+            logger.warning("database unavailable on %s %s: %s", request.method, request.path, first)
+            response = error_response(request, 503)
+            response["Retry-After"] = "1"
+            return response
         if not is_api(request):
             # A console page that refuses (a foreign run, a page of another role) answers with
             # the console's page also with DEBUG=1, where Django would show its URL listing.

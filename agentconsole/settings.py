@@ -162,10 +162,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": os.environ.get("AGENTCONSOLE_TEST_DB") or str(VAR_DIR / "test-db.sqlite3")
     }
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Persistent connections (per thread; Celery's Django fixup opens fresh ones in each prefork
-    # child): reconnecting cost ~14 ms per websocket catch-up query. Health checks drop a
-    # connection the server closed.
-    DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+    # A bounded connection pool per process (env.postgres_pool: per-thread persistent ones piled
+    # up under ASGI); Celery closes it in each prefork child. Checked before use.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = env.postgres_pool()
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -252,6 +252,10 @@ def conclude(
     results_checks, duplicates = checks.run_checks(runs, effects, stack.live_pids())
     times, lost_held = recoveries(kills)
     results_checks.append(checks._check("every run a killed worker held moved on", lost_held))
+    web_errors = server_errors(stack)
+    results_checks.append(
+        checks._check("no server error (5xx) from the web", approver.server_errors() + web_errors)
+    )
     results = summarize(cfg, runs, kills, times, duplicates, results_checks, approver)
     results.update(
         effects=len(effects),
@@ -260,7 +264,20 @@ def conclude(
     ok = all(c.ok for c in results_checks)
     if not ok:
         results["logs"] = {w.name: w.proc.tail(20) for w in stack.workers}
+        results["web_errors"] = web_errors
     return Outcome(results, ok)
+
+
+def server_errors(stack: procs.Stack) -> list[str]:
+    """What the web processes logged about a request they failed (Django's ``django.request``
+    error with its traceback), one excerpt per failure; their logs go when the soak ends."""
+    found = []
+    for web in stack.webs:
+        lines = web.text().splitlines()
+        for i, line in enumerate(lines):
+            if "Internal Server Error" in line:
+                found.append("\n".join(lines[i : i + 40])[:4000])
+    return found
 
 
 def drain(
@@ -336,16 +353,27 @@ def summarize(
     )
     lost = sum(n for s, n in statuses.items() if s not in TERMINAL_VALUES | WAITING_VALUES)
     handoffs = m.Handoff.objects.filter(run_id__in=list(runs)).count()
+    # Why a run did not complete (a run whose tool's effect nobody could know hands off).
+    stopped = dict(
+        m.Run.objects.filter(pk__in=list(runs))
+        .exclude(status="completed")
+        .values_list("stop_reason")
+        .annotate(n=Count("id"))
+        .values_list("stop_reason", "n")
+    )
     return {
         "passed": all(c.ok for c in results_checks),
         "runs": len(runs),
         "kills": len(kills),
         "kills_planned": cfg.kills,
+        # Kills whose worker held a run at that moment (the rest hit an idle or waiting one).
+        "kills_holding_runs": sum(1 for k in kills if k.held),
         "recoveries": len(times),
         "duplicates": duplicates,
         "lost": lost,
         "recovery_s": _spread(times),
         "statuses": statuses,
+        "stop_reasons": stopped,
         "approvals": approver.approved,
         "approvals_refused": approver.refused,
         "approver_errors": approver.errors[:5],

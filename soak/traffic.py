@@ -138,6 +138,12 @@ class Approver:
                 self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
             self.stop.wait(POLL_S)
 
+    def server_errors(self) -> list[str]:
+        """Every 5xx the approver got: the web must answer 4xx or 2xx, never fail."""
+        listed = [e for e in self.errors if e.endswith((": 500", ": 502", ": 503", ": 504"))]
+        refused = [f"POST approve: {s} ({n}x)" for s, n in self.refused.items() if s >= 500]
+        return listed + refused
+
     def once(self) -> int:
         status, pending = self.api.call("GET", "/api/confirmations/?status=pending")
         if status != 200:

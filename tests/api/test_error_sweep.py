@@ -165,6 +165,34 @@ def test_an_uncaught_exception_under_api_is_internal_error(
         assert "SECRET_KEY" not in body["message"]
 
 
+def test_a_database_that_refuses_is_503_with_retry_after(
+    people: kit.People, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak: PostgreSQL out of client slots answered 500 INTERNAL_ERROR. A database that
+    refuses or does not answer (its client limit, a restart, no pooled connection in time) is a
+    condition to retry: 503 DATABASE_UNAVAILABLE with Retry-After, in the API and on pages."""
+    from django.db import OperationalError
+
+    from runs import apis as runs_api
+    from runs import console_selectors
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("connection failed: FATAL:  sorry, too many clients already")
+
+    monkeypatch.setattr(runs_api.RunListCreate, "get", refuse)
+    people.alice.client.raise_request_exception = False
+    response = people.alice.get("/api/runs/")
+    kit.assert_error(response, 503, "DATABASE_UNAVAILABLE")
+    assert response["Retry-After"] == "1"
+
+    monkeypatch.setattr(console_selectors, "runs_page", refuse)
+    client = Client(raise_request_exception=False)
+    client.force_login(people.alice.user)
+    page = client.get("/runs/")
+    assert (page.status_code, page["Retry-After"]) == (503, "1")
+    assert b"Traceback" not in page.content
+
+
 def test_outside_the_api_an_error_is_a_short_page(settings: Any) -> None:
     """With DEBUG=1 Django answered a suspicious request with its debug page (settings, paths)."""
     for debug in (False, True):

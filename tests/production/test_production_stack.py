@@ -6,11 +6,14 @@ would.
 Checks: `check --deploy` is clean with the documented environment; hashed, compressed static
 files are served (the console's, the admin's, Swagger's); /readyz is ready, goes unready when
 the broker (this test's own redis-server) stops and ready again when it is back; /metrics
-refuses anonymous callers; SIGTERM to each process group leaves no process of it and no lease.
+refuses anonymous callers; SIGTERM to each process group leaves no process of it and no lease;
+concurrent API requests hold no more PostgreSQL connections than the web process's pool allows
+(the soak found per-thread persistent connections exhausting the server's client limit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -23,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (AGENTCONSOLE_WORKER_SHUTDOWN_S, 10 s) plus its pool's and broker's teardown.
 STOP_BOUND_S = 40
 STARTUP_S = 90
+POOL_MAX = 3  # the web process's connection pool in this test (DB_POOL_MAX_SIZE)
 
 
 def _free_port() -> int:
@@ -170,6 +175,7 @@ def stack(redis_server: Redis, tmp_path: Path) -> Iterator[Stack]:
         "STATIC_ROOT": str(tmp_path / "static"),
         "PORT": str(_free_port()),
         "AGENTCONSOLE_METRICS_TOKEN": "metrics-" + os.urandom(16).hex(),
+        "DB_POOL_MAX_SIZE": str(POOL_MAX),
         "AGENTCONSOLE_WORKER_HEARTBEAT_S": "1",
         "AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S": "10",
         "BEAT_SCHEDULE": str(tmp_path / "celerybeat-schedule"),
@@ -215,6 +221,7 @@ def test_production_configuration_end_to_end(stack: Stack, redis_server: Redis) 
     assert ready, {n: stack.log(n) for n in stack.processes}
 
     _static_files_served(stack)
+    _connections_bounded_by_the_pool(stack)
     _metrics_refuse_anonymous(stack)
     _readiness_follows_the_broker(stack, redis_server)
     _sigterm_leaves_nothing(stack)
@@ -262,6 +269,43 @@ def _no_redirect(stack: Stack, path: str) -> tuple[int, Any, bytes]:
             return response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers, exc.read()
+
+
+def _connections_bounded_by_the_pool(stack: Stack) -> None:
+    """40 API requests at once, each in a thread of the web process (ASGI runs every sync view
+    in a thread of its own): every one answered, and the process holds at most its pool's
+    PostgreSQL connections. Per-thread persistent connections kept one per request thread."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user = get_user_model().objects.create_user(username="pool-probe")
+    token = Token.objects.create(user=user).key
+    headers = {"Authorization": f"Token {token}", "X-Forwarded-Proto": "https"}
+    with ThreadPoolExecutor(max_workers=40) as pool:
+        statuses = list(pool.map(lambda _: stack.get("/api/runs/", headers)[0], range(40)))
+    assert statuses == [200] * 40, statuses
+    held = postgres_sockets(stack.processes["web"].pid)
+    assert 1 <= held <= POOL_MAX, f"the web process holds {held} PostgreSQL connections"
+
+
+def postgres_sockets(pid: int, port: int = 5432) -> int:
+    """Established TCP connections of process ``pid`` to ``port`` (Linux /proc: the process's
+    socket inodes, looked up in the TCP tables)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            for row in f.readlines()[1:]:
+                cols = row.split()
+                remote_port = int(cols[2].rsplit(":", 1)[1], 16)
+                if remote_port == port and cols[3] == "01" and cols[9] in inodes:
+                    count += 1
+    return count
 
 
 def _metrics_refuse_anonymous(stack: Stack) -> None:
