@@ -31,6 +31,9 @@ def main() -> int:
     os.environ.setdefault("SECRET_KEY", "bench-" + os.urandom(16).hex())
     # The bench talks plain HTTP to its own daphne on 127.0.0.1: no redirect to HTTPS.
     os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+    # The benchmark process advances up to 20 runs in threads at once, each with a tool thread:
+    # a connection pool as large as that (a web or worker process needs far fewer).
+    os.environ.setdefault("DB_POOL_MAX_SIZE", "64")
     import django
 
     django.setup()
