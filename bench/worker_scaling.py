@@ -1,4 +1,5 @@
-"""``bench_worker_scaling``: persisted steps/s with 1 and 2 worker processes over 200 runs."""
+"""``bench_worker_scaling``: persisted steps/s with 1, 2 and 4 worker processes over 200 runs
+each (issue 13 item 6: where throughput stops growing, and why)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from bench.stack import (
     _start_workers,
     _user,
 )
+
+WORKERS = (1, 2, 4)
 
 
 def _measure(
@@ -75,10 +78,11 @@ def _how(ctx: Context, n_runs: int, searches: int, window: float, notes: list[st
         f"corpus (search:public grant) + a final citing tool-1 = {searches + 1} planner steps; "
         f"created first (not timed), then runs.advance_run enqueued to a private queue "
         f"(services.enqueue_advance(queue=...); {_broker(ctx)}) consumed by N Celery worker "
-        f"processes (celery worker --pool prefork -c 1 each), N = 1 then 2, {ctx.vendor}. "
+        f"processes (celery worker --pool prefork -c 1 each), "
+        f"N = {', '.join(map(str, WORKERS))}, {ctx.vendor}. "
         f"steps/s = planner.output trace events / wall time from the first enqueue until all "
         f"runs are terminal (polled every 0.1 s) or the window of {window:.0f} s (the time budget"
-        f" split in two) ends, whichever comes first. " + "; ".join(notes) + "."
+        f" split in {len(WORKERS)}) ends, whichever comes first. " + "; ".join(notes) + "."
     )
     if ctx.vendor == "sqlite":
         how += (
@@ -90,7 +94,7 @@ def _how(ctx: Context, n_runs: int, searches: int, window: float, notes: list[st
 
 
 def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
-    """200 runs of 5 steps each, executed by 1 worker process and then by 2, on one queue."""
+    """200 runs of 5 steps each, executed by 1, then 2, then 4 worker processes, on one queue."""
     from django.db import connections
 
     budget = _budget(ctx)
@@ -102,7 +106,7 @@ def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
     owner, _ = _user(f"bench-scale-{tag}", "operator")
     figures: dict[str, Any] = {}
     notes: list[str] = []
-    # Both sets of runs first (not timed), then two equal measuring windows.
+    # Every set of runs first (not timed), then equal measuring windows.
     batches = {
         n_workers: [
             _search_run(
@@ -110,10 +114,11 @@ def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
             ).run_id
             for _ in range(n_runs)
         ]
-        for n_workers in (1, 2)
+        for n_workers in WORKERS
     }
     connections.close_all()
-    window = max(10.0, (budget - (time.monotonic() - started) - 2 * WORKER_OVERHEAD_S) / 2)
+    spare = budget - (time.monotonic() - started) - len(WORKERS) * WORKER_OVERHEAD_S
+    window = max(10.0, spare / len(WORKERS))
     try:
         for n_workers, run_ids in batches.items():
             steps, elapsed, done, completed, enqueued_s = _measure(
@@ -128,6 +133,9 @@ def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
     finally:
         _redis_cleanup(ctx, tag)
         connections.close_all()
-    ratio = figures["steps_per_s_2"] / figures["steps_per_s_1"] if "steps_per_s_2" in figures else 0
+    one = figures.get("steps_per_s_1") or 0
+    for n in WORKERS[1:]:
+        key = f"steps_per_s_{n}"
+        figures[f"ratio_{n}"] = round(figures[key] / one, 3) if one and key in figures else 0
     how = _how(ctx, n_runs, searches, window, notes)
-    return {"worker_scaling": {**figures, "ratio": round(ratio, 3), "runs": n_runs, "how": how}}
+    return {"worker_scaling": {**figures, "runs": n_runs, "how": how}}
