@@ -235,3 +235,85 @@ def test_frames_hold_trace_summaries_only(personas):
     rows = list(TraceEvent.objects.filter(run_id=run_id).order_by("sequence"))
     assert [f["details"] for f in frames] == [r.details for r in rows]
     assert len(json.dumps(frames)) < 50_000
+
+
+def test_published_events_are_forwarded_without_a_database_read(personas, monkeypatch):
+    """Issue 13 item 3: the committed events themselves reach the client; the consumer reads
+    the database only for a gap. The events read by the consumer are counted: zero for events
+    that continue the stream, one read for a gap (a lost message), none for a duplicate."""
+    monkeypatch.setattr(consumers, "CATCH_UP_S", 3600)
+    reads: list[int] = []
+    events_after = consumers._events_after
+
+    async def counted(run_id: str, after: int):
+        reads.append(after)
+        return await events_after(run_id, after)
+
+    monkeypatch.setattr(consumers, "_events_after", counted)
+    alice, run_id, total = _alices_run(personas)
+    group = f"run.{run_id}"
+
+    async def scenario():
+        from channels.layers import get_channel_layer
+
+        comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/?after={total}", alice)
+        assert connected
+        assert (await comm.receive_json_from(timeout=5))["type"] == "replayed"
+        reads.clear()
+        await sync_to_async(_append)(run_id, 2)  # committed: published with its events
+        assert await _receive_events(comm, total + 2) == [total + 1, total + 2]
+        assert reads == []
+        # The same events again (a duplicate message): nothing sent, nothing read.
+        layer = get_channel_layer()
+        frames = await sync_to_async(_frames)(run_id, total + 1, total + 2)
+        await layer.group_send(
+            group, {"type": "trace.events", "sequence": total + 2, "events": frames}
+        )
+        # A message lost before this one: the next commit's events arrive after a gap.
+        await sync_to_async(_append_unpublished)(run_id, 1)
+        await sync_to_async(_append)(run_id, 1)
+        assert await _receive_events(comm, total + 4) == [total + 3, total + 4]
+        assert reads == [total + 2]  # one read, from the last sequence sent
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def _frames(run_id: str, first: int, last: int) -> list[dict]:
+    from runs.writers import event_frame
+
+    rows = TraceEvent.objects.filter(run_id=run_id, sequence__range=(first, last))
+    return [event_frame(r) for r in rows.order_by("sequence")]
+
+
+def _append_unpublished(run_id: str, n: int) -> None:
+    """Commit n events whose message is lost (the store publishes nothing)."""
+    store = wiring.store()
+    store.on_commit_events = None
+    for i in range(n):
+        store.apply(lifecycle.handoff_event(store.load(run_id), "handoff.claimed", by=f"lost-{i}"))
+
+
+def test_a_published_batch_is_bounded_and_merged_only_when_contiguous():
+    from runs import doorbell
+
+    def frames(first: int, n: int, size: int = 10) -> list[dict]:
+        return [{"sequence": s, "details": {"x": "y" * size}} for s in range(first, first + n)]
+
+    small = doorbell.events_message(3, frames(1, 3))
+    assert (small["type"], len(small["events"])) == ("trace.events", 3)
+    assert doorbell.events_message(60, frames(1, 60))["type"] == "trace.doorbell"
+    big = doorbell.events_message(1, frames(1, 1, size=doorbell.MAX_BYTES))
+    assert big == {"type": "trace.doorbell", "sequence": 1}
+    assert doorbell.events_message(5, None) == {"type": "trace.doorbell", "sequence": 5}
+
+    joined = doorbell.merge(small, doorbell.events_message(5, frames(4, 2)))
+    assert [e["sequence"] for e in joined["events"]] == [1, 2, 3, 4, 5]
+    assert joined["sequence"] == 5
+    # Not contiguous, or beyond the bound: a doorbell for the later sequence.
+    gap = doorbell.merge(small, doorbell.events_message(9, frames(8, 2)))
+    assert gap == {"type": "trace.doorbell", "sequence": 9}
+    many = doorbell.merge(
+        doorbell.events_message(40, frames(1, 40)), doorbell.events_message(60, frames(41, 20))
+    )
+    assert many == {"type": "trace.doorbell", "sequence": 60}
