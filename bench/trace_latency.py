@@ -45,11 +45,11 @@ def _advance(
     from runs.doorbell import ring_after_commit
     from runs.leases import lease_acquire, lease_release, new_owner
 
-    def on_commit(rid: str, seq: int, *, queues_changed: bool = False, events: Any = None) -> None:
+    def on_commit(rid: str, seq: int, *, queues_changed: bool = False) -> None:
         # Runs right after COMMIT returned (transaction.on_commit), before the doorbell.
         now = time.time()
         log.append((seq, now))
-        ring_after_commit(rid, seq, queues_changed=queues_changed, events=events)
+        ring_after_commit(rid, seq, queues_changed=queues_changed)
         rings.append(time.time() - now)
 
     owner = new_owner()

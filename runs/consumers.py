@@ -4,14 +4,11 @@ what the database says.
 /ws/runs/<run_id>/trace/?after=<sequence>
     1. replays every event after ``after`` from the database, in order;
     2. sends ``{"type": "replayed", "last_sequence": n}``;
-    3. streams later events as they commit. The committed events arrive published on the
-       run's group (runs.doorbell): forwarded as they are when they follow the last sent
-       sequence, skipped where already sent; a gap (a lost, merged or oversized message: a bare
-       doorbell) triggers a read of everything after the last sent sequence, and so does a
-       periodic catch-up, so a lost message — or the in-memory layer across processes — never
-       loses an event. One lock serialises sends and reads and ``last`` only moves forward: no
-       gap, no duplicate, also across reconnects (the client reconnects with ``after`` = the
-       last sequence it saw).
+    3. streams later events as they commit. A doorbell (after commit) triggers a read of
+       everything after the last sent sequence; a periodic catch-up does the same, so a missed
+       doorbell — or the in-memory layer across processes — never loses an event. One lock
+       serialises the reads and ``last`` only moves forward: no gap, no duplicate, also across
+       reconnects (the client reconnects with ``after`` = the last sequence it saw).
 
 /ws/console/ pushes ``{"type": "queues", "pending_confirmations", "open_handoffs"}`` to
 operators, reviewers and admins whenever they change.
@@ -33,7 +30,6 @@ from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
 from runs.doorbell import CONSOLE_GROUP, run_group
-from runs.writers import event_frame
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
 # worker's ring never reaches the web process, so it is the delivery path: keep it short.
@@ -73,7 +69,17 @@ def _visible(user: Any, run_id: str) -> bool:
 @database_sync_to_async
 def _events_after(run_id: str, after: int) -> list[dict[str, Any]]:
     rows = m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")
-    return [event_frame(r) for r in rows[:BATCH]]
+    return [
+        {
+            "type": "event",
+            "sequence": r.sequence,
+            "event": r.event,
+            "proposal_id": r.proposal_id,
+            "details": r.details,
+            "created_at": r.created_at.isoformat(),
+        }
+        for r in rows[:BATCH]
+    ]
 
 
 def _uncount(consumer: Any) -> None:
@@ -125,20 +131,6 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong", "last_sequence": self.last})
 
     async def trace_doorbell(self, message: dict[str, Any]) -> None:
-        if message.get("sequence", 0) > self.last:
-            await self.catch_up()
-
-    async def trace_events(self, message: dict[str, Any]) -> None:
-        """Committed events, published: sent without a database read when they continue the
-        stream; a gap before them is read from the database (which holds them too)."""
-        async with self.lock:
-            fresh = [e for e in message.get("events", ()) if e["sequence"] > self.last]
-            if fresh and fresh[0]["sequence"] == self.last + 1:
-                for event in fresh:
-                    if event["sequence"] != self.last + 1:
-                        break  # not contiguous: the database has the rest
-                    await self.send_json(event)
-                    self.last = event["sequence"]
         if message.get("sequence", 0) > self.last:
             await self.catch_up()
 

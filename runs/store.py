@@ -158,7 +158,7 @@ class OrmRunStore:
         state = state.model_copy(update={"trace_seq": last_seq})
         try:
             with transaction.atomic():
-                written = self._apply(commit, state, first_seq, decided_by)
+                self._apply(commit, state, first_seq, decided_by)
                 if commit.events and self.on_commit_events is not None:
                     # Announced only once the outermost transaction commits (never a phantom).
                     ring = self.on_commit_events
@@ -169,9 +169,7 @@ class OrmRunStore:
                         or commit.handoff_reason
                         or commit.expire_pending_confirmations
                     )
-                    transaction.on_commit(
-                        lambda: ring(run_id, last_seq, queues_changed=queues, events=written)
-                    )
+                    transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
         except IntegrityError as exc:
             # Not a race: the compare-and-set above is the first write, so a second writer of
             # this run waits for it (PostgreSQL row lock, SQLite write lock) and then matches 0
@@ -183,17 +181,13 @@ class OrmRunStore:
             ) from exc
         return state
 
-    def _apply(
-        self, commit: Commit, state: RunState, first_seq: int, decided_by: Any
-    ) -> list[dict[str, Any]]:
+    def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
         # The run's compare-and-set first (nothing else is written when it fails), then each
-        # part of the commit by its writer, in the order of ``runs.writers.WRITERS``. Returns
-        # the trace events as written.
+        # part of the commit by its writer, in the order of ``runs.writers.WRITERS``.
         write_run(commit, state, self.lease_owner)
         at = At(run_id=state.run_id, state=state, first_seq=first_seq, decided_by=decided_by)
         for write in WRITERS:
             write(commit, at)
-        return at.written
 
     def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
         return admit(working_items(run_id), [], step=step)

@@ -12,7 +12,7 @@ Grants and confirmations are the policy app's records: their writers call ``poli
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
@@ -38,9 +38,6 @@ class At:
     state: RunState
     first_seq: int
     decided_by: Any
-    # The trace events as written (runs.consumers' frame shape), for the live trace to publish
-    # once the transaction commits (issue 13 item 3): the rows themselves, not a re-read.
-    written: list[dict[str, Any]] = field(default_factory=list)
 
 
 def write_run(commit: Commit, state: RunState, lease_owner: str | None) -> None:
@@ -61,7 +58,7 @@ def write_run(commit: Commit, state: RunState, lease_owner: str | None) -> None:
 def _write_events(commit: Commit, at: At) -> None:
     if not commit.events:
         return
-    rows = m.TraceEvent.objects.bulk_create(
+    m.TraceEvent.objects.bulk_create(
         m.TraceEvent(
             run_id=at.run_id,
             sequence=at.first_seq + i,
@@ -71,20 +68,6 @@ def _write_events(commit: Commit, at: At) -> None:
         )
         for i, d in enumerate(commit.events)
     )
-    at.written.extend(event_frame(r) for r in rows)
-
-
-def event_frame(row: m.TraceEvent) -> dict[str, Any]:
-    """One trace event as the live trace sends it (a replay from the database and a published
-    event are the same frame)."""
-    return {
-        "type": "event",
-        "sequence": row.sequence,
-        "event": row.event,
-        "proposal_id": row.proposal_id,
-        "details": row.details,
-        "created_at": row.created_at.isoformat(),
-    }
 
 
 def _write_observations(commit: Commit, at: At) -> None:
