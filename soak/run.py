@@ -110,10 +110,12 @@ def servers(env: dict[str, str]) -> tuple[str, str]:
 
 
 def hold_for(cfg: Config) -> int:
-    """A tool call's average duration (ms): 3 calls per run spread over the workers fill 40%
-    of the kill phase, so kills land in tool calls while the rest of each step (planner,
-    commits) and the restarts after each kill still fit."""
-    busy_ms = cfg.seconds * 1000 * cfg.workers * 0.4
+    """A tool call's average duration (ms): 3 calls per run spread over the workers fill 60%
+    of the kill phase; with the rest of each step (planner, commits) and the restarts after
+    each kill, the work lasts about as long as the kill phase, so kills land in runs' work
+    rather than on idle workers (at 40% the runs were done after 3/4 of the phase and half the
+    kills hit a worker between tasks)."""
+    busy_ms = cfg.seconds * 1000 * cfg.workers * 0.6
     return int(min(2000, max(50, busy_ms / (cfg.runs * 3))))
 
 
