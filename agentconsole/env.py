@@ -113,3 +113,19 @@ def postgres_pool() -> dict[str, Any]:
         "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")),
         "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "10")),
     }
+
+
+def queues() -> tuple[str, str, tuple[Any, ...]]:
+    """(the runs' queue, the control queue, both as Celery's ``task_queues``).
+
+    Runs go to ``AGENTCONSOLE_QUEUE``. The periodic sweep and the runs it recovers from a dead
+    worker go to ``AGENTCONSOLE_CONTROL_QUEUE`` (default: the runs' queue's name + ``-control``),
+    which every worker started without ``-Q`` consumes beside the runs' queue: neither a sweep
+    nor a recovery waits behind a backlog of runs. A recovered run goes back to the runs' queue
+    after its first slice (runs.tasks)."""
+    from kombu import Exchange, Queue
+
+    runs = os.environ.get("AGENTCONSOLE_QUEUE", "celery")
+    control = os.environ.get("AGENTCONSOLE_CONTROL_QUEUE") or f"{runs}-control"
+    declared = tuple(Queue(q, Exchange(q), routing_key=q) for q in (runs, control))
+    return runs, control, declared

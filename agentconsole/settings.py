@@ -265,9 +265,9 @@ if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         "polling_interval": 0.05,
     }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# The queue runs are sent to when no queue is named: one per deployment (or per test stack)
-# sharing a broker.
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("AGENTCONSOLE_QUEUE", "celery")
+# The runs' queue (one per deployment, or per test stack, sharing a broker) and the control
+# queue of the sweep and the runs it recovers; a worker consumes both (env.queues).
+CELERY_TASK_DEFAULT_QUEUE, AGENTCONSOLE_CONTROL_QUEUE, CELERY_TASK_QUEUES = env.queues()
 # Outcomes live in the database (runs, ledger); Celery results would be a second, weaker truth.
 CELERY_TASK_IGNORE_RESULT = True
 # Acknowledge after the task body: a worker killed mid-task leaves the message for redelivery
@@ -276,10 +276,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5"))},
+    "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5")),
+              "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE}},
     # Retention: expired long-term memory records are purged (an audit entry stays).
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
-}
+}  # fmt: skip
 
 # --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/auth.py) ---------------
 # A block of its own, apart from REST_FRAMEWORK above, so that other changes there merge cleanly.

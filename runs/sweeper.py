@@ -27,7 +27,7 @@ from runs.domain import lifecycle
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
-from runs.leases import lease_reserve_for_resend
+from runs.leases import HANDED_BACK, lease_reserve_for_resend
 
 STALE_AFTER = timedelta(seconds=30)
 BATCH = 500
@@ -44,12 +44,15 @@ def sweep(
     now_ms: int | None = None,
     enqueue: bool = True,
     queue: str | None = None,
+    recovery_queue: str | None = None,
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> SweepReport:
     """One sweep. ``enqueue=False`` advances stranded runs in this process instead (on
     ``clock``, which also decides which leases have lapsed). ``now_ms`` overrides only the
-    reading the deadlines are compared with."""
+    reading the deadlines are compared with. Stranded runs are sent to ``queue``; with
+    ``recovery_queue``, a run whose worker's lease lapsed (a worker that died or hung) goes
+    there instead, ahead of the runs merely waiting in the backlog."""
     now = as_datetime(clock.now_ms())
     now_ms = clock.now_ms() if now_ms is None else now_ms
     report = SweepReport()
@@ -73,9 +76,9 @@ def sweep(
         )
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(Q(updated_at__lt=now - STALE_AFTER) | Q(deadline_ms__lte=now_ms) | Exists(orphan))
-        .values_list("id", "updated_at")[:BATCH]
+        .values_list("id", "updated_at", "lease_owner")[:BATCH]
     )
-    for run_id, updated_at in stranded:
+    for run_id, updated_at, owner in stranded:
         # Not again for as long as the run has already waited (at least STALE_AFTER): its
         # messages may only be slow, behind a backlog. Re-sent on every sweep, a run waiting
         # longer than STALE_AFTER fed the backlog it waited behind, without bound (found by the
@@ -86,7 +89,8 @@ def sweep(
             continue  # a worker took the run meanwhile
         report.requeued.append(run_id)
         if enqueue:
-            services.enqueue_advance(run_id, queue=queue)
+            worker_lapsed = owner is not None and not owner.startswith(HANDED_BACK)
+            services.enqueue_advance(run_id, queue=(worker_lapsed and recovery_queue) or queue)
         else:
             services.run_advance(run_id=run_id, ctx=ctx, clock=clock)
     return report

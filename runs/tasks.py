@@ -25,6 +25,10 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
     # other keys must route runs.advance_run in the worker too). A lost hand-back message only
     # delays the run until the sweeper requeues it.
     queue = (self.request.delivery_info or {}).get("routing_key") or None
+    if queue == settings.AGENTCONSOLE_CONTROL_QUEUE:
+        # A run the sweeper recovered came on the control queue, ahead of the backlog, once:
+        # its later slices queue with the other runs.
+        queue = None
     # Every log line written while this run advances names it (policy.log_context).
     with run_context(run_id):
         state = services.run_advance(
@@ -37,9 +41,12 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
     return state.status.value if state is not None else "leased-elsewhere"
 
 
-@shared_task(name="runs.sweep")
-def sweep() -> dict[str, int]:
-    report = run_sweep()
+@shared_task(name="runs.sweep", bind=True)
+def sweep(self: Any) -> dict[str, int]:
+    # A run whose worker died goes to the queue the sweep came from (the control queue, which
+    # waits behind no backlog of runs); a run merely waiting goes back to the runs' queue.
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    report = run_sweep(recovery_queue=queue)
     return {"expired_waiting": len(report.expired_waiting), "requeued": len(report.requeued)}
 
 

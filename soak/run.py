@@ -137,6 +137,8 @@ def process_env(cfg: Config, database_url: str, redis_url: str, queue: str, out:
             # A private queue on the shared Redis: web processes enqueue to it, workers and the
             # sweeper consume and send to it; nobody else's worker sees these runs.
             "AGENTCONSOLE_QUEUE": queue,
+            # Named after the runs' queue, so the soak's Redis cleanup finds it too.
+            "AGENTCONSOLE_CONTROL_QUEUE": f"{queue}-sweep",
             "AGENTCONSOLE_TOOLS": "soak.tools",
             "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(out),
             # Recovery waits for a dead worker's lease to lapse and the next sweep: short values

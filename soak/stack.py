@@ -99,10 +99,11 @@ def start(
     ports = [port for port, _ in started]
     beat_argv = [_bin("celery"), "-A", "agentconsole", "beat", "-l", "info",
                  "-s", str(workdir / "celerybeat-schedule")]  # fmt: skip
-    # The sweeper on a queue of its own, which every worker also consumes: on the runs' queue
-    # a sweep waits behind the whole backlog, and so does every recovery it would start.
-    sweep_queue = f"{prefix}-sweep"
-    beat = _Proc("beat", beat_argv, {**env, "AGENTCONSOLE_QUEUE": sweep_queue})
+    # The sweep on the control queue (AGENTCONSOLE_CONTROL_QUEUE, set in soak.run), which every
+    # worker also consumes: on the runs' queue a sweep would wait behind the whole backlog, and
+    # so would every recovery it starts.
+    sweep_queue = env["AGENTCONSOLE_CONTROL_QUEUE"]
+    beat = _Proc("beat", beat_argv, env)
     stack.callback(beat.stop)
     slots = []
     for i in range(workers):

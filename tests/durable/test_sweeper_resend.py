@@ -109,3 +109,24 @@ def test_the_mark_does_not_outlive_a_worker_that_takes_the_run(sent):
     assert lease_acquire(run_id=run_id, owner="worker-a", clock=clock)
     assert sweep(clock=clock).requeued == []
     assert m.Run.objects.get(pk=run_id).lease_owner == "worker-a"
+
+
+def test_only_a_run_whose_worker_died_goes_to_the_recovery_queue(monkeypatch):
+    """The sweep task passes the control queue it came on as ``recovery_queue``: a run whose
+    worker's lease lapsed goes there, ahead of the backlog (the soak: recoveries waited behind
+    hundreds of queued runs); a run that is merely queued, or was handed back, goes back to
+    the runs' queue, so the control queue never becomes a second line for the backlog."""
+    queues: dict[str, Any] = {}
+    monkeypatch.setattr(
+        services, "enqueue_advance", lambda run_id, **kw: queues.setdefault(run_id, kw["queue"])
+    )
+    clock = FakeClock()
+    waiting, died, handed = _stale_run(clock), _stale_run(clock), _stale_run(clock)
+    assert lease_acquire(run_id=died, owner="host:4242:abc", clock=clock)
+    assert lease_acquire(run_id=handed, owner="host:4343:def", clock=clock)
+    assert lease_hand_back(run_id=handed, owner="host:4343:def", clock=clock)
+    clock.advance(STALE_MS * 4)  # every lease has lapsed, every run is stale
+
+    report = sweep(clock=clock, recovery_queue="runs-control")
+    assert sorted(report.requeued) == sorted([waiting, died, handed])
+    assert queues == {waiting: None, died: "runs-control", handed: None}
