@@ -2,10 +2,11 @@
 
 1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
    waiting), and their pending confirmation → expired.
-2. Active runs (created, running, cancelling) with no live lease that are stale, overdue, or
-   hold a ``started`` ledger row (a worker died mid-tool) → marked as re-sent (for as long
-   as the run has waited, at least ``STALE_AFTER``: ``lease_reserve_for_resend``) and enqueued
-   again. The worker that
+2. Active runs (created, running, cancelling) with no live lease that are stale, overdue,
+   hold a ``started`` ledger row (a worker died mid-tool), or whose worker's own lease lapsed
+   → marked as re-sent (for as long as the run has waited, at least ``STALE_AFTER``:
+   ``lease_reserve_for_resend``) and enqueued again; a run whose worker's lease lapsed goes to
+   the sweep's control queue, ahead of the backlog (``recovery_queue``). The worker that
    takes the lease recovers the ledger row first (reconcile, or re-execute under the same
    token, or handoff) and continues from the authoritative state.
 
@@ -75,7 +76,15 @@ def sweep(
             status__in=[Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]
         )
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
-        .filter(Q(updated_at__lt=now - STALE_AFTER) | Q(deadline_ms__lte=now_ms) | Exists(orphan))
+        .filter(
+            Q(updated_at__lt=now - STALE_AFTER)
+            | Q(deadline_ms__lte=now_ms)
+            | Exists(orphan)
+            # A worker's own lease lapsed: it died or hangs (the lease TTL is the bound on
+            # noticing), so its run is sent on now. Staleness only guards runs whose message
+            # may merely be slow behind a backlog.
+            | (Q(lease_owner__isnull=False) & ~Q(lease_owner__startswith=HANDED_BACK))
+        )
         .values_list("id", "updated_at", "lease_owner")[:BATCH]
     )
     for run_id, updated_at, owner in stranded:

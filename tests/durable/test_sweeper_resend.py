@@ -15,7 +15,7 @@ import pytest
 
 from runs import models as m
 from runs import services
-from runs.leases import HANDED_BACK, lease_acquire, lease_hand_back
+from runs.leases import HANDED_BACK, lease_acquire, lease_hand_back, lease_ttl
 from runs.sweeper import STALE_AFTER, sweep
 from tests.durable.durable_kit import create, final
 from tests.support.clock import FakeClock
@@ -130,3 +130,19 @@ def test_only_a_run_whose_worker_died_goes_to_the_recovery_queue(monkeypatch):
     report = sweep(clock=clock, recovery_queue="runs-control")
     assert sorted(report.requeued) == sorted([waiting, died, handed])
     assert queues == {waiting: None, died: "runs-control", handed: None}
+
+
+def test_a_run_whose_worker_died_is_re_sent_as_soon_as_its_lease_lapses(sent):
+    """Staleness (STALE_AFTER) guards a run whose message may only be slow; a worker's own
+    lease that lapsed means that worker stopped (the lease TTL bounds noticing it), so its run
+    is sent on at the next sweep, not STALE_AFTER after its last write (the soak: recoveries
+    took a minute)."""
+    clock = FakeClock()
+    run = create([final("user-1")], deadline_ms=3_600_000)
+    clock.set(_updated_ms(run.run_id))
+    assert lease_acquire(run_id=run.run_id, owner="host:4242:abc", clock=clock)
+    assert sweep(clock=clock).requeued == []  # its worker holds it
+    clock.advance(int(lease_ttl().total_seconds() * 1000) + 1_000)  # the worker died
+    assert sweep(clock=clock).requeued == [run.run_id]
+    assert sweep(clock=clock).requeued == []  # then the usual back-off
+    assert sent == [(run.run_id, None)]
