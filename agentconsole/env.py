@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kombu import Exchange, Queue
+
 
 def json_from_env(name: str) -> Any:
     raw = os.environ.get(name, "").strip()
@@ -123,8 +125,6 @@ def queues() -> tuple[str, str, tuple[Any, ...]]:
     which every worker started without ``-Q`` consumes beside the runs' queue: neither a sweep
     nor a recovery waits behind a backlog of runs. A recovered run goes back to the runs' queue
     after its first slice (runs.tasks)."""
-    from kombu import Exchange, Queue
-
     runs = os.environ.get("AGENTCONSOLE_QUEUE", "celery")
     control = os.environ.get("AGENTCONSOLE_CONTROL_QUEUE") or f"{runs}-control"
     declared = tuple(Queue(q, Exchange(q), routing_key=q) for q in (runs, control))
