@@ -48,6 +48,8 @@ def new_owner() -> str:
 
 # A run handed back to the queue (a fairness slice ended) names the one message that carries it.
 HANDED_BACK = "queued:"
+# The lease names a worker (``new_owner``), not a message: a hand-back's or a re-send's name.
+HELD_BY_WORKER = Q(lease_owner__isnull=False) & ~Q(lease_owner__startswith=HANDED_BACK)
 
 
 def lease_acquire(

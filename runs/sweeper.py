@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
 
 from policy.domain.errors import DomainError
 from runs import models as m
@@ -28,7 +28,7 @@ from runs.domain import lifecycle
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
-from runs.leases import HANDED_BACK, lease_reserve_for_resend
+from runs.leases import HELD_BY_WORKER, lease_reserve_for_resend
 
 STALE_AFTER = timedelta(seconds=30)
 BATCH = 500
@@ -83,11 +83,12 @@ def sweep(
             # A worker's own lease lapsed: it died or hangs (the lease TTL is the bound on
             # noticing), so its run is sent on now. Staleness only guards runs whose message
             # may merely be slow behind a backlog.
-            | (Q(lease_owner__isnull=False) & ~Q(lease_owner__startswith=HANDED_BACK))
+            | HELD_BY_WORKER
         )
-        .values_list("id", "updated_at", "lease_owner")[:BATCH]
+        .annotate(worker_lapsed=ExpressionWrapper(HELD_BY_WORKER, output_field=BooleanField()))
+        .values_list("id", "updated_at", "worker_lapsed")[:BATCH]
     )
-    for run_id, updated_at, owner in stranded:
+    for run_id, updated_at, worker_lapsed in stranded:
         # Not again for as long as the run has already waited (at least STALE_AFTER): its
         # messages may only be slow, behind a backlog. Re-sent on every sweep, a run waiting
         # longer than STALE_AFTER fed the backlog it waited behind, without bound (found by the
@@ -98,7 +99,6 @@ def sweep(
             continue  # a worker took the run meanwhile
         report.requeued.append(run_id)
         if enqueue:
-            worker_lapsed = owner is not None and not owner.startswith(HANDED_BACK)
             services.enqueue_advance(run_id, queue=(worker_lapsed and recovery_queue) or queue)
         else:
             services.run_advance(run_id=run_id, ctx=ctx, clock=clock)

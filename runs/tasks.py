@@ -17,6 +17,12 @@ from runs import services
 from runs.sweeper import sweep as run_sweep
 
 
+def arrived_on(task: Any) -> str | None:
+    """The queue the running task's message came from (its routing key; with Celery's default
+    routing, one direct exchange per queue, the queue's name)."""
+    return (task.request.delivery_info or {}).get("routing_key") or None
+
+
 @shared_task(name="runs.advance_run", acks_late=True, bind=True)
 def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
     # One fairness slice, then the run goes back to the end of the queue it came from (the
@@ -24,7 +30,7 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
     # with Celery's default routing, one direct exchange per queue. A deployment that routes by
     # other keys must route runs.advance_run in the worker too). A lost hand-back message only
     # delays the run until the sweeper requeues it.
-    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    queue = arrived_on(self)
     if queue == settings.AGENTCONSOLE_CONTROL_QUEUE:
         # A run the sweeper recovered came on the control queue, ahead of the backlog, once:
         # its later slices queue with the other runs.
@@ -45,8 +51,7 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
 def sweep(self: Any) -> dict[str, int]:
     # A run whose worker died goes to the queue the sweep came from (the control queue, which
     # waits behind no backlog of runs); a run merely waiting goes back to the runs' queue.
-    queue = (self.request.delivery_info or {}).get("routing_key") or None
-    report = run_sweep(recovery_queue=queue)
+    report = run_sweep(recovery_queue=arrived_on(self))
     return {"expired_waiting": len(report.expired_waiting), "requeued": len(report.requeued)}
 
 

@@ -19,7 +19,7 @@ from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, Status
-from runs.leases import HANDED_BACK
+from runs.leases import HELD_BY_WORKER
 
 TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 # Waiting for a person: a confirmation to decide. (A run stopped with an open handoff is terminal,
@@ -134,13 +134,13 @@ def leases_live(run_ids: Collection[str], live_pids: Collection[int]) -> Check:
     """No run's lease is held (unexpired) by a process that is not a live worker. The owner is
     ``host:pid:nonce`` (``runs.leases.new_owner``); a hand-back name holds nothing."""
     now = timezone.now()
-    held = m.Run.objects.filter(
-        pk__in=run_ids, lease_owner__isnull=False, lease_expires_at__gt=now
-    ).values_list("id", "lease_owner")
+    held = (
+        m.Run.objects.filter(pk__in=run_ids, lease_expires_at__gt=now)
+        .filter(HELD_BY_WORKER)
+        .values_list("id", "lease_owner")
+    )
     offenders = []
     for run_id, owner in held:
-        if owner is None or owner.startswith(HANDED_BACK):
-            continue
         pid = owner_pid(owner)
         if pid not in live_pids:
             offenders.append(f"{run_id}: held by {owner} (dead)")
