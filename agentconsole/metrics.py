@@ -121,8 +121,8 @@ class StepTimingStore(OrmRunStore):
         super().__init__(*args, **kwargs)
         self._marks: dict[str, tuple[int, float]] = {}  # run id -> (step, when it began)
 
-    def load(self, run_id: str) -> RunState:
-        state = super().load(run_id)
+    def load(self, run_id: str, *, inputs: bool = False) -> RunState:
+        state = super().load(run_id, inputs=inputs)
         # The first load of an advance starts the clock of its first step.
         self._marks.setdefault(run_id, (state.step, time.monotonic()))
         return state

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import F, Q
 
+from policy import sqlbatch
 from policy.domain.approvers import (
     ApproverRule,
     PriorApproval,
@@ -42,12 +43,26 @@ FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the
 CitedObservations = Callable[..., Mapping[tuple[str, str], Mapping[str, Any]]]
 
 
-def run_grants(*, run_id: str) -> list[CapabilityGrant]:
-    # Read on every step: plain values, no model instances.
-    rows = Grant.objects.filter(run_id=run_id).values_list(
-        "id", "capability", "resource_scope", "expires_at_step", "max_calls", "calls_used",
-        "constraints",
-    )  # fmt: skip
+GRANT_COLUMNS = (
+    "id", "capability", "resource_scope", "expires_at_step", "max_calls", "calls_used",
+    "constraints",
+)  # fmt: skip
+CONFIRMATION_COLUMNS = (
+    "id",
+    "proposal_hash",
+    "status",
+    "expires_at_step",
+    "tool_name",
+    "hash_scheme",
+)
+
+
+def grants_read(run_id: str) -> sqlbatch.Read:
+    """The run's grants, read on every step (with the run row: ``runs.store``)."""
+    return sqlbatch.select(Grant, GRANT_COLUMNS, {"run": run_id}, order_by=("id",))
+
+
+def grants_from_rows(run_id: str, rows: Iterable[tuple[Any, ...]]) -> list[CapabilityGrant]:
     return [
         CapabilityGrant(
             grant_id=grant_id,
@@ -63,14 +78,18 @@ def run_grants(*, run_id: str) -> list[CapabilityGrant]:
     ]
 
 
-def run_confirmations(*, run_id: str) -> list[Confirmation]:
+def run_grants(*, run_id: str) -> list[CapabilityGrant]:
+    (rows,) = sqlbatch.fetch([grants_read(run_id)])
+    return grants_from_rows(run_id, rows)
+
+
+def confirmations_read(run_id: str) -> sqlbatch.Read:
     # Used and expired ones authorize nothing; they are read so the trace can say why a
     # proposal still needs a person (CONFIRMATION_ALREADY_USED). At most one per step.
-    rows = (
-        ConfirmationRow.objects.filter(run_id=run_id)
-        .order_by()
-        .values_list("id", "proposal_hash", "status", "expires_at_step", "tool_name", "hash_scheme")
-    )
+    return sqlbatch.select(ConfirmationRow, CONFIRMATION_COLUMNS, {"run": run_id})
+
+
+def confirmations_from_rows(run_id: str, rows: Iterable[tuple[Any, ...]]) -> list[Confirmation]:
     return [
         Confirmation(
             confirmation_id=confirmation_id,
@@ -83,6 +102,11 @@ def run_confirmations(*, run_id: str) -> list[Confirmation]:
         )
         for confirmation_id, proposal_hash, status, expires, tool_name, hash_scheme in rows
     ]
+
+
+def run_confirmations(*, run_id: str) -> list[Confirmation]:
+    (rows,) = sqlbatch.fetch([confirmations_read(run_id)])
+    return confirmations_from_rows(run_id, rows)
 
 
 def confirmation_get(*, confirmation_id: str | None) -> ConfirmationRow:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db.models import F, Q
 from django.utils import timezone
 
+from policy import sqlbatch
 from policy.domain.approvers import DEFAULT_RULE
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
@@ -190,26 +190,33 @@ def confirmation_approval_record(
     )
 
 
-def confirmation_consume(*, run_id: str, confirmation_id: str) -> bool:
-    """approved -> consumed, once; False if another command used it first."""
-    n = ConfirmationRow.objects.filter(
-        pk=confirmation_id, run_id=run_id, status=ConfirmationStatus.APPROVED.value
-    ).update(status=ConfirmationStatus.CONSUMED.value)
-    return n == 1
-
-
-def confirmations_expire_pending(*, run_id: str) -> None:
-    ConfirmationRow.objects.filter(run_id=run_id, status=ConfirmationStatus.PENDING.value).update(
-        status=ConfirmationStatus.EXPIRED.value
+def confirmation_consume(*, run_id: str, confirmation_id: str) -> sqlbatch.Write:
+    """approved -> consumed, once, as a write of the step's batch (``runs.writers``); it changes
+    no row if another command used the confirmation first."""
+    return sqlbatch.update(
+        ConfirmationRow,
+        {"status": ConfirmationStatus.CONSUMED.value},
+        {"id": confirmation_id, "run": run_id, "status": ConfirmationStatus.APPROVED.value},
+        expect_one="confirmation already used",
     )
 
 
-def grant_use(*, run_id: str, grant_id: str) -> bool:
-    """One call more on the grant; False if its calls ran out meanwhile (the race: two commands
-    that each saw one call left; the condition is in the UPDATE, so only one matches)."""
-    n = Grant.objects.filter(
-        Q(max_calls__isnull=True) | Q(calls_used__lt=F("max_calls")),
-        pk=grant_id,
-        run_id=run_id,
-    ).update(calls_used=F("calls_used") + 1)
-    return n == 1
+def confirmations_expire_pending(*, run_id: str) -> sqlbatch.Write:
+    return sqlbatch.update(
+        ConfirmationRow,
+        {"status": ConfirmationStatus.EXPIRED.value},
+        {"run": run_id, "status": ConfirmationStatus.PENDING.value},
+    )
+
+
+def grant_use(*, run_id: str, grant_id: str) -> sqlbatch.Write:
+    """One call more on the grant, as a write of the step's batch (``runs.writers``). It changes
+    no row if the grant's calls ran out meanwhile (the race: two commands that each saw one call
+    left; the condition is in the UPDATE, so only one matches)."""
+    table, used, limit = map(sqlbatch.quote, (Grant._meta.db_table, "calls_used", "max_calls"))
+    return sqlbatch.Write(
+        f"UPDATE {table} SET {used} = {used} + 1 WHERE id = %s AND run_id = %s"  # noqa: S608 -- fixed names
+        f" AND ({limit} IS NULL OR {used} < {limit})",
+        (grant_id, run_id),
+        expect_one="grant used up concurrently",
+    )

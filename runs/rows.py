@@ -6,6 +6,7 @@ from typing import Any
 
 from memory.domain.working import WorkingItem
 from memory.models import WorkingMemoryItem
+from policy import sqlbatch
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from runs import models as m
 from runs.domain.state import RunState
@@ -31,9 +32,13 @@ def row_to_state(run: m.Run) -> RunState:
 LOAD_COLUMNS = ("id", *CREATED_FIELDS[1:], *STATE_FIELDS)
 
 
-def values_to_state(values: dict[str, Any]) -> RunState:
-    """A RunState from ``Run.objects.values(*LOAD_COLUMNS)``: no model instance is built."""
-    return RunState(run_id=values.pop("id"), **values)
+def run_read(run_id: str) -> sqlbatch.Read:
+    return sqlbatch.select(m.Run, LOAD_COLUMNS, {"id": run_id})
+
+
+def state_from_row(row: tuple[Any, ...]) -> RunState:
+    """A RunState from a row of ``run_read``: no model instance is built."""
+    return RunState(run_id=row[0], **dict(zip(LOAD_COLUMNS[1:], row[1:], strict=True)))
 
 
 def state_fields(state: RunState) -> dict[str, Any]:
@@ -59,8 +64,22 @@ ITEM_COLUMNS = (
 )  # fmt: skip
 
 
+def working_read(run_id: str) -> sqlbatch.Read:
+    return sqlbatch.select(
+        WorkingMemoryItem, ITEM_COLUMNS, {"run": run_id}, order_by=("created_at_step", "seq")
+    )
+
+
+def working_from_rows(rows: list[tuple[Any, ...]]) -> list[WorkingItem]:
+    items = []
+    for row in rows:
+        values = dict(zip(ITEM_COLUMNS, row, strict=True))
+        items.append(WorkingItem(**{**values, "source_ids": tuple(values["source_ids"])}))
+    return items
+
+
 def working_items(run_id: str) -> list[WorkingItem]:
     """The run's stored working-memory items (bounded by ``memory.domain.working``), read as
     plain values on every step."""
-    rows = WorkingMemoryItem.objects.filter(run_id=run_id).values(*ITEM_COLUMNS)
-    return [WorkingItem(**{**r, "source_ids": tuple(r["source_ids"])}) for r in rows]
+    (rows,) = sqlbatch.fetch([working_read(run_id)])
+    return working_from_rows(rows)

@@ -11,7 +11,9 @@ not grow with the run's length.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -19,24 +21,33 @@ from django.db import IntegrityError, transaction
 from memory.domain.working import WorkingItem, admit, untrusted_sources
 from policy import selectors as policy_selectors
 from policy import services as policy_services
+from policy import sqlbatch
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from policy.selectors import (
+    confirmations_from_rows,
+    confirmations_read,
+    grants_from_rows,
+    grants_read,
+)
 from runs import models as m
 from runs.domain.commits import Commit
-from runs.domain.errors import IntegrityViolation
+from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
 from runs.rows import (
-    LOAD_COLUMNS,
+    run_read,
     state_fields,
+    state_from_row,
     to_observation,
-    values_to_state,
+    working_from_rows,
     working_items,
+    working_read,
 )
-from runs.writers import WRITERS, At, write_run
+from runs.writers import AFTER, BATCHED, At, run_write
 
 
 def _constraint(exc: IntegrityError) -> str:
@@ -44,20 +55,48 @@ def _constraint(exc: IntegrityError) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What a step reads besides the run row, as it was when the run was at ``version``.
+
+    Kept per thread, for the last ``load(inputs=True)`` only. Using it for that version is the
+    same as reading again: grants, confirmations and working memory change only in commits of
+    the run, each of which moves its version (a commit landing between the reads makes them
+    newer than ``version``, and then the step's compare-and-set on ``version`` fails)."""
+
+    run_id: str
+    version: int
+    grants: Sequence[CapabilityGrant]
+    confirmations: Sequence[Confirmation]
+    working: Sequence[WorkingItem]
+
+
+_inputs = threading.local()
+
+
+class _Missed(Exception):
+    """The run's compare-and-set matched no row: another writer or the lease moved on."""
+
+
+def _rows(model: Any, columns: Sequence[str], where: dict[str, Any], **kw: Any) -> list[Any]:
+    # One plain SELECT (``policy.sqlbatch``): a step's lookups skip the ORM's query building.
+    (rows,) = sqlbatch.fetch([sqlbatch.select(model, columns, where, **kw)])
+    return rows
+
+
 class OrmLookups:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
 
     def seen_content(self, content_hash: str) -> bool:
-        return m.Observation.objects.filter(run_id=self.run_id, content_hash=content_hash).exists()
+        where = {"run": self.run_id, "content_hash": content_hash}
+        return bool(_rows(m.Observation, ("id",), where, limit=1))
 
     def trust_of(self, observation_ids: Collection[str]) -> Mapping[str, str]:
         if not observation_ids:
             return {}
-        rows = m.Observation.objects.filter(
-            run_id=self.run_id, observation_id__in=list(observation_ids)
-        ).values_list("observation_id", "trust")
-        return dict(rows)
+        where = {"run": self.run_id, "observation_id": list(observation_ids)}
+        return dict(_rows(m.Observation, ("observation_id", "trust"), where, order_by=("id",)))
 
     def untrusted_in_view(self, step: int) -> tuple[str, ...]:
         return untrusted_sources(admit(working_items(self.run_id), [], step=step))
@@ -65,14 +104,12 @@ class OrmLookups:
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         if not observation_ids:
             return set()
-        return set(
-            m.Observation.objects.filter(
-                run_id=self.run_id, observation_id__in=list(observation_ids), citable=True
-            ).values_list("observation_id", flat=True)
-        )
+        where = {"run": self.run_id, "observation_id": list(observation_ids), "citable": True}
+        return {oid for (oid,) in _rows(m.Observation, ("observation_id",), where)}
 
     def ledger_has(self, idempotency_token: str) -> bool:
-        return m.LedgerEntry.objects.filter(idempotency_token=idempotency_token).exists()
+        where = {"idempotency_token": idempotency_token}
+        return bool(_rows(m.LedgerEntry, ("id",), where, limit=1))
 
 
 class OrmRunStore:
@@ -143,11 +180,33 @@ class OrmRunStore:
                 run_id=state.run_id, confirmations=confirmations, proposals=proposals
             )
 
-    def load(self, run_id: str) -> RunState:
-        values = m.Run.objects.filter(pk=run_id).values(*LOAD_COLUMNS).first()
-        if values is None:
+    def load(self, run_id: str, *, inputs: bool = False) -> RunState:
+        """The run's state. With ``inputs``, its grants, confirmations and working memory are
+        read with it in the same round trip and kept for this thread as the inputs of that
+        version (``grants``, ``confirmations``, ``working_view`` and ``apply`` given that
+        version use them instead of reading again)."""
+        reads = [run_read(run_id)]
+        if inputs:
+            reads += [grants_read(run_id), confirmations_read(run_id), working_read(run_id)]
+        found = sqlbatch.fetch(reads)
+        if not found[0]:
             raise NotFound(f"no run {run_id}", run_id=run_id)
-        return values_to_state(values)
+        state = state_from_row(found[0][0])
+        if inputs:
+            _inputs.last = _Inputs(
+                run_id=run_id,
+                version=state.version,
+                grants=grants_from_rows(run_id, found[1]),
+                confirmations=confirmations_from_rows(run_id, found[2]),
+                working=working_from_rows(found[3]),
+            )
+        return state
+
+    def _inputs(self, run_id: str, version: int | None) -> _Inputs | None:
+        last: _Inputs | None = getattr(_inputs, "last", None)
+        if version is None or last is None or (last.run_id, last.version) != (run_id, version):
+            return None
+        return last
 
     def apply(self, commit: Commit, *, decided_by: Any = None) -> RunState:
         """Write ``commit`` atomically iff the run is still at ``commit.expected_version``."""
@@ -170,70 +229,119 @@ class OrmRunStore:
                         or commit.expire_pending_confirmations
                     )
                     transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
+        except _Missed:
+            # Rolled back whole; told apart outside the failed transaction.
+            raise self._why_missed(run_id) from None
         except IntegrityError as exc:
-            # Not a race: the compare-and-set above is the first write, so a second writer of
-            # this run waits for it (PostgreSQL row lock, SQLite write lock) and then matches 0
-            # rows. A unique key broken after it is a bug in how a key was named; it fails the
-            # same way on every retry, so it must never pass for a VersionConflict (issue 9
-            # item 4: a retried clash once left a run stuck in running). Rolled back whole.
+            # Not a race: a lost race is a compare-and-set that matched no row (``_Missed``,
+            # whatever the writes sent with it then broke). A unique key broken after a
+            # matching compare-and-set is a bug in how a key was named; it fails the same way
+            # on every retry, so it must never pass for a VersionConflict (issue 9 item 4: a
+            # retried clash once left a run stuck in running). Rolled back whole.
             raise IntegrityViolation(
                 "a write broke a unique key", run_id=run_id, constraint=_constraint(exc)
             ) from exc
         return state
 
     def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
-        # The run's compare-and-set first (nothing else is written when it fails), then each
-        # part of the commit by its writer, in the order of ``runs.writers.WRITERS``.
-        write_run(commit, state, self.lease_owner)
-        at = At(run_id=state.run_id, state=state, first_seq=first_seq, decided_by=decided_by)
-        for write in WRITERS:
+        # The run's compare-and-set first (a second writer of this run waits for its row lock,
+        # then matches no row), the batched parts with it in one round trip, then each part
+        # that needs the database's answer (``runs.writers``).
+        working: Sequence[WorkingItem] = ()
+        if commit.working_items:
+            kept = self._inputs(state.run_id, commit.expected_version)
+            working = kept.working if kept is not None else working_items(state.run_id)
+        at = At(state.run_id, state, first_seq, decided_by, working)
+        writes = [run_write(commit, state, self.lease_owner)]
+        for part in BATCHED:
+            writes.extend(part(commit, at))
+        ran = sqlbatch.run(writes)
+        if ran.rowcounts[0] == 0:
+            raise _Missed
+        if ran.error is not None:
+            raise ran.error
+        missed = ran.missed(writes)
+        if missed is not None:
+            raise VersionConflict(missed, run_id=state.run_id)
+        for write in AFTER:
             write(commit, at)
 
-    def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
-        return admit(working_items(run_id), [], step=step)
+    def _why_missed(self, run_id: str) -> VersionConflict | LeaseLost:
+        if (
+            self.lease_owner is not None
+            and not m.Run.objects.filter(pk=run_id, lease_owner=self.lease_owner).exists()
+        ):
+            return LeaseLost("the run's lease passed to another worker", run_id=run_id)
+        return VersionConflict("run changed since it was read", run_id=run_id)
 
-    def grants(self, run_id: str) -> list[CapabilityGrant]:
-        return policy_selectors.run_grants(run_id=run_id)
+    def working_view(self, run_id: str, step: int, version: int | None = None) -> list[WorkingItem]:
+        kept = self._inputs(run_id, version)
+        return admit(kept.working if kept else working_items(run_id), [], step=step)
 
-    def confirmations(self, run_id: str) -> list[Confirmation]:
+    def grants(self, run_id: str, version: int | None = None) -> list[CapabilityGrant]:
+        kept = self._inputs(run_id, version)
+        return list(kept.grants) if kept else policy_selectors.run_grants(run_id=run_id)
+
+    def confirmations(self, run_id: str, version: int | None = None) -> list[Confirmation]:
+        kept = self._inputs(run_id, version)
+        if kept is not None:
+            return list(kept.confirmations)
         return policy_selectors.run_confirmations(run_id=run_id)
 
     def lookups(self, run_id: str) -> OrmLookups:
         return OrmLookups(run_id)
 
     def active_tool(self, run_id: str) -> bool:
-        return m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).exists()
+        where = {"run": run_id, "status": LedgerStatus.STARTED.value}
+        return bool(_rows(m.LedgerEntry, ("id",), where, limit=1))
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]:
         rows = m.Observation.objects.filter(run_id=run_id).order_by("-id")[:limit]
         return [to_observation(r) for r in reversed(list(rows))]
 
     def planner_config(self, run_id: str) -> dict[str, Any]:
-        return m.Run.objects.values_list("planner", flat=True).get(pk=run_id)
+        found = _rows(m.Run, ("planner",), {"id": run_id})
+        if not found:
+            raise m.Run.DoesNotExist(f"no run {run_id}")
+        return found[0][0]
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
-        row = m.LedgerEntry.objects.filter(run_id=run_id, status=LedgerStatus.STARTED).first()
-        if row is None:
+        where = {"run": run_id, "status": LedgerStatus.STARTED.value}
+        found = _rows(m.LedgerEntry, COMMAND_COLUMNS, where, order_by=("id",), limit=1)
+        if not found:
             return None
-        return command_from_row(row), row.attempt
+        values = dict(zip(COMMAND_COLUMNS, found[0], strict=True))
+        return command_from_values(values), values["attempt"]
+
+
+# The ledger columns a command is restored from.
+COMMAND_COLUMNS = (
+    "run_id", "proposal_id", "tool_name", "tool_version", "arguments", "arguments_hash",
+    "proposal_hash", "idempotency_token", "resource", "deadline_ms", "grant_ids",
+    "confirmation_id", "attempt",
+)  # fmt: skip
 
 
 def command_from_row(row: m.LedgerEntry) -> ExecutableCommand:
+    return command_from_values({c: getattr(row, c) for c in COMMAND_COLUMNS})
+
+
+def command_from_values(v: Mapping[str, Any]) -> ExecutableCommand:
     return restore_command(
-        command_id=f"{row.run_id}:{row.proposal_id}",
-        run_id=row.run_id,
-        proposal_id=row.proposal_id,
-        tool_name=row.tool_name,
-        tool_version=row.tool_version,
-        validated_arguments=row.arguments,
-        arguments_hash=row.arguments_hash,
-        proposal_hash=row.proposal_hash,
-        idempotency_token=row.idempotency_token,
-        resource=row.resource,
-        deadline_ms=row.deadline_ms,
+        command_id=f"{v['run_id']}:{v['proposal_id']}",
+        run_id=v["run_id"],
+        proposal_id=v["proposal_id"],
+        tool_name=v["tool_name"],
+        tool_version=v["tool_version"],
+        validated_arguments=v["arguments"],
+        arguments_hash=v["arguments_hash"],
+        proposal_hash=v["proposal_hash"],
+        idempotency_token=v["idempotency_token"],
+        resource=v["resource"],
+        deadline_ms=v["deadline_ms"],
         granted_capabilities=(),
-        grant_ids=tuple(row.grant_ids),
-        confirmation_id=row.confirmation_id,
+        grant_ids=tuple(v["grant_ids"]),
+        confirmation_id=v["confirmation_id"],
         consume_confirmation=False,
     )

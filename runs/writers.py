@@ -1,114 +1,132 @@
 """The writers of one commit: one small function per part, applied in one fixed order.
 
-``OrmRunStore._apply`` (runs.store) runs ``write_run``, the run's compare-and-set, then every
-writer in ``WRITERS``, all inside the one transaction of ``OrmRunStore.apply``. Each writer
-writes one part of the commit and does nothing (no query) when the commit has no such part, so
-a step's query count is the count of the parts it carries (tests/services/test_step_queries.py).
+``OrmRunStore._apply`` (runs.store) builds the run's compare-and-set (``run_write``) and the
+batched parts (``BATCHED``: plain statements, ``policy.sqlbatch``), sends them in one round trip,
+checks their row counts, then runs the parts that need the database's answers as they go
+(``AFTER``), all inside the one transaction of ``OrmRunStore.apply``. Each writer writes one part
+of the commit and writes nothing when the commit has no such part, so a step's statement count is
+the count of the parts it carries (tests/services/test_step_queries.py).
 
-Grants and confirmations are the policy app's records: their writers call ``policy.services``
-(inside this same transaction) and turn a compare-and-set miss into a ``VersionConflict``.
+Grants and confirmations are the policy app's records: their statements come from
+``policy.services``; a conditional write that changes no row is a ``VersionConflict``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
 
-from memory.domain.working import admit
+from memory.domain.working import WorkingItem, admit
 from memory.models import WorkingMemoryItem
 from policy import services as policy_services
+from policy import sqlbatch
+from policy.sqlbatch import Write
 from runs import models as m
 from runs.domain.commits import Commit
-from runs.domain.errors import LeaseLost, VersionConflict
+from runs.domain.errors import VersionConflict
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
-from runs.rows import state_fields, working_items
+from runs.rows import state_fields
 
 HANDOFF_OBSERVATIONS = 5
 
 
 @dataclass(frozen=True)
 class At:
-    """Where a commit is written: the run, its new state, the first new trace sequence."""
+    """Where a commit is written: the run, its new state, the first new trace sequence, and the
+    run's working memory as it was at the commit's expected version."""
 
     run_id: str
     state: RunState
     first_seq: int
     decided_by: Any
+    working: Sequence[WorkingItem] = ()
 
 
-def write_run(commit: Commit, state: RunState, lease_owner: str | None) -> None:
-    run_id = state.run_id
-    match = m.Run.objects.filter(pk=run_id, version=commit.expected_version)
+def run_write(commit: Commit, state: RunState, lease_owner: str | None) -> Write:
+    """The run's compare-and-set: the first statement of every commit. It matches no row when
+    another writer moved the run first, or (with ``lease_owner``) the lease passed on."""
+    where: dict[str, Any] = {"id": state.run_id, "version": commit.expected_version}
     if lease_owner is not None:
-        match = match.filter(lease_owner=lease_owner)
-    updated = match.update(**state_fields(state), updated_at=timezone.now())
-    if updated != 1:
-        if (
-            lease_owner is not None
-            and not m.Run.objects.filter(pk=run_id, lease_owner=lease_owner).exists()
-        ):
-            raise LeaseLost("the run's lease passed to another worker", run_id=run_id)
-        raise VersionConflict("run changed since it was read", run_id=run_id)
+        where["lease_owner"] = lease_owner
+    return sqlbatch.update(m.Run, {**state_fields(state), "updated_at": timezone.now()}, where)
 
 
-def _write_events(commit: Commit, at: At) -> None:
+def _events(commit: Commit, at: At) -> list[Write]:
     if not commit.events:
-        return
-    m.TraceEvent.objects.bulk_create(
-        m.TraceEvent(
-            run_id=at.run_id,
-            sequence=at.first_seq + i,
-            event=d.event,
-            proposal_id=d.proposal_id,
-            details=d.details,
+        return []
+    return [
+        sqlbatch.insert(
+            [
+                m.TraceEvent(
+                    run_id=at.run_id,
+                    sequence=at.first_seq + i,
+                    event=d.event,
+                    proposal_id=d.proposal_id,
+                    details=d.details,
+                )
+                for i, d in enumerate(commit.events)
+            ]
         )
-        for i, d in enumerate(commit.events)
-    )
+    ]
 
 
-def _write_observations(commit: Commit, at: At) -> None:
+def _observations(commit: Commit, at: At) -> list[Write]:
     if not commit.observations:
-        return
-    m.Observation.objects.bulk_create(
-        m.Observation(
-            run_id=at.run_id,
-            observation_id=o.observation_id,
-            kind=o.kind.value,
-            trust=o.trust.value,
-            step=o.step,
-            content=o.content,
-            content_hash=o.content_hash,
-            citable=o.citable,
+        return []
+    return [
+        sqlbatch.insert(
+            [
+                m.Observation(
+                    run_id=at.run_id,
+                    observation_id=o.observation_id,
+                    kind=o.kind.value,
+                    trust=o.trust.value,
+                    step=o.step,
+                    content=o.content,
+                    content_hash=o.content_hash,
+                    citable=o.citable,
+                )
+                for o in commit.observations
+            ]
         )
-        for o in commit.observations
-    )
+    ]
 
 
-def _write_working(commit: Commit, at: At) -> None:
-    """Apply the eviction rule to at most max_items + len(new) rows: constant per step."""
+def kept_working(commit: Commit, at: At) -> list[WorkingItem]:
+    """The run's working memory once this commit is written (the eviction rule applied to at
+    most max_items + len(new) items: constant per step)."""
     if not commit.working_items:
-        return
-    current = working_items(at.run_id)
-    kept = admit(current, commit.working_items, step=at.state.step)
-    kept_ids = {i.item_id for i in kept}
-    current_ids = {i.item_id for i in current}
+        return list(at.working)
+    return admit(list(at.working), commit.working_items, step=at.state.step)
+
+
+def _working(commit: Commit, at: At) -> list[Write]:
+    if not commit.working_items:
+        return []
+    kept = kept_working(commit, at)
+    current_ids = {i.item_id for i in at.working}
     # Always one DELETE (of whatever is not kept), so a step costs the same number of
-    # queries whether or not the caps evict something.
-    WorkingMemoryItem.objects.filter(run_id=at.run_id).exclude(item_id__in=list(kept_ids)).delete()
-    WorkingMemoryItem.objects.bulk_create(
-        WorkingMemoryItem.from_item(at.run_id, i) for i in kept if i.item_id not in current_ids
-    )
+    # statements whether or not the caps evict something.
+    writes = [
+        sqlbatch.delete(
+            WorkingMemoryItem, {"run": at.run_id}, keep=("item_id", [i.item_id for i in kept])
+        )
+    ]
+    new = [WorkingMemoryItem.from_item(at.run_id, i) for i in kept if i.item_id not in current_ids]
+    if new:
+        writes.append(sqlbatch.insert(new))
+    return writes
 
 
-def _write_ledger_intent(commit: Commit, at: At) -> None:
+def _ledger_intent(commit: Commit, at: At) -> list[Write]:
     c = commit.ledger_intent
     if c is None:
-        return
-    m.LedgerEntry.objects.create(
+        return []
+    row = m.LedgerEntry(
         run_id=at.run_id,
         idempotency_token=c.idempotency_token,
         proposal_id=c.proposal_id,
@@ -123,33 +141,60 @@ def _write_ledger_intent(commit: Commit, at: At) -> None:
         grant_ids=list(c.grant_ids),
         step=at.state.step,
     )
+    return [sqlbatch.insert([row])]
 
 
-def _write_ledger_settle(commit: Commit, at: At) -> None:
+def _ledger_settle(commit: Commit, at: At) -> list[Write]:
     s = commit.ledger_settle
     if s is None:
-        return
-    n = m.LedgerEntry.objects.filter(
-        idempotency_token=s.idempotency_token, status__in=["started", "unknown"]
-    ).update(
-        status=s.status,
-        outcome=s.outcome,
-        verification=s.verification,
-        finished_at=timezone.now(),
-    )
-    if n != 1:
-        raise VersionConflict("ledger row already settled", run_id=at.run_id)
+        return []
+    return [
+        sqlbatch.update(
+            m.LedgerEntry,
+            {
+                "status": s.status,
+                "outcome": s.outcome,
+                "verification": s.verification,
+                "finished_at": timezone.now(),
+            },
+            {"idempotency_token": s.idempotency_token, "status": ("started", "unknown")},
+            expect_one="ledger row already settled",
+        )
+    ]
 
 
-def _write_ledger_attempt(commit: Commit, at: At) -> None:
+def _ledger_attempt(commit: Commit, at: At) -> list[Write]:
     if commit.ledger_attempt is None:
-        return
+        return []
     token, attempt = commit.ledger_attempt
-    n = m.LedgerEntry.objects.filter(
-        idempotency_token=token, status="started", attempt=attempt - 1
-    ).update(attempt=attempt)
-    if n != 1:
-        raise VersionConflict("ledger attempt moved concurrently", run_id=at.run_id)
+    return [
+        sqlbatch.update(
+            m.LedgerEntry,
+            {"attempt": attempt},
+            {"idempotency_token": token, "status": "started", "attempt": attempt - 1},
+            expect_one="ledger attempt moved concurrently",
+        )
+    ]
+
+
+def _confirmation_consume(commit: Commit, at: At) -> list[Write]:
+    if commit.consume_confirmation is None:
+        return []
+    return [
+        policy_services.confirmation_consume(
+            run_id=at.run_id, confirmation_id=commit.consume_confirmation
+        )
+    ]
+
+
+def _grant_uses(commit: Commit, at: At) -> list[Write]:
+    return [policy_services.grant_use(run_id=at.run_id, grant_id=g) for g in commit.grant_uses]
+
+
+def _expired_confirmations(commit: Commit, at: At) -> list[Write]:
+    if not commit.expire_pending_confirmations:
+        return []
+    return [policy_services.confirmations_expire_pending(run_id=at.run_id)]
 
 
 def _write_confirmation_request(commit: Commit, at: At) -> None:
@@ -196,26 +241,6 @@ def _write_confirmation_approval(commit: Commit, at: At) -> None:
     )
 
 
-def _write_confirmation_consume(commit: Commit, at: At) -> None:
-    if commit.consume_confirmation is None:
-        return
-    if not policy_services.confirmation_consume(
-        run_id=at.run_id, confirmation_id=commit.consume_confirmation
-    ):
-        raise VersionConflict("confirmation already used", run_id=at.run_id)
-
-
-def _write_grant_uses(commit: Commit, at: At) -> None:
-    for grant_id in commit.grant_uses:
-        if not policy_services.grant_use(run_id=at.run_id, grant_id=grant_id):
-            raise VersionConflict("grant used up concurrently", run_id=at.run_id)
-
-
-def _write_expired_confirmations(commit: Commit, at: At) -> None:
-    if commit.expire_pending_confirmations:
-        policy_services.confirmations_expire_pending(run_id=at.run_id)
-
-
 def _write_handoff(commit: Commit, at: At) -> None:
     """The handoff bundle reads the run's latest trusted observations and unsettled ledger
     rows: written last, so it sees this commit's own observations and ledger writes."""
@@ -256,27 +281,29 @@ def _write_handoff(commit: Commit, at: At) -> None:
     m.Handoff.objects.create(run_id=at.run_id, reason=commit.handoff_reason, bundle=bundle)
 
 
-# The fixed order of a commit's writes (after the run's compare-and-set). Why this order:
-# - events, observations and working memory first: plain inserts owned by this run;
-# - the ledger intent before its settle and attempt, which a commit never carries together but
-#   which would have to see the row;
-# - confirmation request, decision, consume, then grant uses: a decision and a consume name
-#   different confirmations, and the grants a command uses are counted with its intent;
-# - expiring pending confirmations after a request could be wrong in one commit, but no step
-#   builds both (a waiting run's deadline expires what was already requested);
+# The fixed order of a commit's writes, after the run's compare-and-set. Why this order:
+# - BATCHED first, in one round trip: events, observations and working memory (plain inserts
+#   owned by this run); the ledger intent before its settle and attempt, which a commit never
+#   carries together but which would have to see the row; the confirmation a command consumes
+#   and the grants it uses are counted with its intent; expiring pending confirmations (a
+#   waiting run's deadline) never comes with a new request in one commit;
+# - AFTER, one by one, what needs the database's answer as it goes: a confirmation request,
+#   decision and approval (policy.services checks and records them);
 # - the handoff last: its bundle reads the observations and ledger rows written above.
-WRITERS: tuple[Callable[[Commit, At], None], ...] = (
-    _write_events,
-    _write_observations,
-    _write_working,
-    _write_ledger_intent,
-    _write_ledger_settle,
-    _write_ledger_attempt,
+BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
+    _events,
+    _observations,
+    _working,
+    _ledger_intent,
+    _ledger_settle,
+    _ledger_attempt,
+    _confirmation_consume,
+    _grant_uses,
+    _expired_confirmations,
+)
+AFTER: tuple[Callable[[Commit, At], None], ...] = (
     _write_confirmation_request,
     _write_confirmation_decision,
     _write_confirmation_approval,
-    _write_confirmation_consume,
-    _write_grant_uses,
-    _write_expired_confirmations,
     _write_handoff,
 )

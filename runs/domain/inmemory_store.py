@@ -76,7 +76,7 @@ class InMemoryRunStore:
             self._planner[state.run_id] = planner
             return state.model_copy(deep=True)
 
-    def load(self, run_id: str) -> RunState:
+    def load(self, run_id: str, *, inputs: bool = False) -> RunState:
         with self._lock:
             if run_id not in self.runs:
                 raise NotFound(f"no run {run_id}")
@@ -213,13 +213,13 @@ class InMemoryRunStore:
             if g is None or (g.max_calls is not None and g.calls_used >= g.max_calls):
                 raise VersionConflict("grant used up concurrently", run_id=run_id)
 
-    def grants(self, run_id: str) -> list[CapabilityGrant]:
+    def grants(self, run_id: str, version: int | None = None) -> list[CapabilityGrant]:
         with self._lock:
             return list(self._grants[run_id].values())
 
-    def confirmations(self, run_id: str) -> list[Confirmation]:
-        # All of them (the ORM adapter leaves out consumed/expired ones; the gate treats both
-        # the same, since a spent confirmation authorizes nothing).
+    def confirmations(self, run_id: str, version: int | None = None) -> list[Confirmation]:
+        # All of them, as the ORM adapter (the gate reads spent ones only to say why a proposal
+        # still needs a person). ``version`` is the ORM adapter's hint; one lock reads it all.
         with self._lock:
             return list(self._confirmations[run_id].values())
 
@@ -247,6 +247,6 @@ class InMemoryRunStore:
                     return self._commands[token], row["attempt"]
             return None
 
-    def working_view(self, run_id: str, step: int) -> list[WorkingItem]:
+    def working_view(self, run_id: str, step: int, version: int | None = None) -> list[WorkingItem]:
         with self._lock:
             return admit(self.working[run_id], [], step=step)

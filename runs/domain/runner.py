@@ -157,7 +157,7 @@ class Runner:
         # one advance every command is settled before the loop goes on. Look once, first.
         look_for_orphan = True
         for _ in range(max_iterations):
-            state = self.store.load(run_id)
+            state = self.store.load(run_id, inputs=True)
             first_step = state.step if first_step is None else first_step
             if look_for_orphan and state.status in (Status.RUNNING, Status.CANCELLING):
                 look_for_orphan = False
@@ -229,7 +229,7 @@ class Runner:
         tokens = 0
         # Read once for the context (the tools these grants could allow) and the gate. Grants
         # change only in this run's own commits (grant uses): the version check covers the read.
-        grants = self.store.grants(state.run_id)
+        grants = self.store.grants(state.run_id, state.version)
         if not resuming:
             if not self._pay_step(state, now):
                 return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
@@ -256,7 +256,7 @@ class Runner:
                 raw,
                 source=source,
                 grants=grants,
-                confirmations=self.store.confirmations(state.run_id),
+                confirmations=self.store.confirmations(state.run_id, state.version),
                 registry=self.registry,
                 lookups=self.store.lookups(state.run_id),
                 now_ms=now,
@@ -290,9 +290,10 @@ class Runner:
     ) -> PlannerContext:
         """The bounded view the planner gets for its next step (also shown to operators)."""
         # The bounded working-memory view, each item with its trust label: never the history.
-        observations = [i.as_dict() for i in self.store.working_view(state.run_id, state.step)]
+        view = self.store.working_view(state.run_id, state.step, state.version)
+        observations = [i.as_dict() for i in view]
         extras = self.context_extras(state) if self.context_extras else {}
-        grants = self.store.grants(state.run_id) if grants is None else grants
+        grants = self.store.grants(state.run_id, state.version) if grants is None else grants
         capabilities = usable_capabilities(grants, step=state.step + 1)
         return PlannerContext(
             goal=state.goal,
@@ -397,7 +398,7 @@ class Runner:
     def _settle(
         self, run_id: str, command: ExecutableCommand, contract: ToolContract, execution: Execution
     ) -> None:
-        current = self.store.load(run_id)
+        current = self.store.load(run_id, inputs=True)
         if current.status is Status.RUNNING and self.clock.now_ms() >= current.deadline_ms:
             # The run's deadline came while the tool ran: cancelling, then the effect decides.
             current = self._apply_fresh(run_id, lifecycle.deadline_during_tool)

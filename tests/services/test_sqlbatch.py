@@ -1,0 +1,106 @@
+"""A step's reads and writes in one round trip each (``policy.sqlbatch``, ``runs.store``).
+
+The statements are built from the models' own fields, so what they write must read back through
+the ORM exactly as an ORM write would; a batch that loses its compare-and-set must leave nothing
+behind, even when the keys it wrote after it were already taken; and the inputs a step read with
+its run row answer only for that version.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from agentconsole import wiring
+from policy import sqlbatch
+from runs import models as m
+from runs.domain import lifecycle
+from tests.services.services_kit import create_run, search
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _event(run_id: str, sequence: int, details: object) -> m.TraceEvent:
+    return m.TraceEvent(run_id=run_id, sequence=sequence, event="test.event", details=details)
+
+
+def test_an_insert_reads_back_through_the_orm_as_an_orm_write_would() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    details = {"flag": True, "one": 1, "none": None, "text": "zh-CN ✓", "list": [1, "1"]}
+    with transaction.atomic():
+        ran = sqlbatch.run([sqlbatch.insert([_event(run_id, 900, details)])])
+    assert (ran.rowcounts, ran.error) == ([1], None)
+    row = m.TraceEvent.objects.get(run_id=run_id, sequence=900)
+    assert row.details == details
+    assert row.details["flag"] is True
+    assert row.details["one"] == 1
+    assert row.created_at is not None  # auto_now_add filled by the field's pre_save
+
+
+def test_select_decodes_json_columns_by_their_fields() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    (rows,) = sqlbatch.fetch(
+        [sqlbatch.select(m.Run, ("id", "planner", "citations"), {"id": run_id})]
+    )
+    assert rows == [(run_id, {"kind": "fixture", "outputs": [search("p1", "x")]}, [])]
+
+
+def test_a_lost_compare_and_set_with_a_taken_key_is_told_apart_and_leaves_nothing() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    version = m.Run.objects.get(pk=run_id).version
+    with transaction.atomic():
+        sqlbatch.run([sqlbatch.insert([_event(run_id, 901, {})])])
+    cas = sqlbatch.update(m.Run, {"step": 5}, {"id": run_id, "version": version + 1})
+    taken = sqlbatch.insert([_event(run_id, 901, {"second": True})])
+    fresh = sqlbatch.insert([_event(run_id, 902, {})])
+    seen: list[sqlbatch.Ran] = []
+
+    def lose() -> None:
+        with transaction.atomic():
+            seen.append(sqlbatch.run([cas, fresh, taken]))
+            raise RuntimeError("rolled back")  # what the store does on a miss
+
+    with pytest.raises(RuntimeError, match="rolled back"):
+        lose()
+    # The compare-and-set matched nothing; the taken key is reported, not raised.
+    assert seen[0].rowcounts[:2] == [0, 1]
+    assert isinstance(seen[0].error, IntegrityError)
+    assert not m.TraceEvent.objects.filter(run_id=run_id, sequence=902).exists()
+    assert m.TraceEvent.objects.get(run_id=run_id, sequence=901).details == {}
+    assert m.Run.objects.get(pk=run_id).step == 0
+
+
+def test_a_conditional_write_that_changes_no_row_is_named() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    miss = sqlbatch.update(m.Run, {"step": 1}, {"id": run_id, "version": 999}, expect_one="gone")
+    hit = sqlbatch.update(m.Run, {"step": 1}, {"id": run_id}, expect_one="never")
+    with transaction.atomic():
+        ran = sqlbatch.run([hit, miss])
+    assert ran.missed([hit, miss]) == "gone"
+
+
+def test_a_batch_needs_the_callers_transaction() -> None:
+    with pytest.raises(RuntimeError, match="transaction"):
+        sqlbatch.run([sqlbatch.update(m.Run, {"step": 1}, {"id": "none"})])
+
+
+def test_inputs_read_with_the_run_answer_for_that_version_only() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    store = wiring.store()
+    state = store.load(run_id, inputs=True)
+    with CaptureQueriesContext(connection) as kept:
+        grants = store.grants(run_id, state.version)
+        confirmations = store.confirmations(run_id, state.version)
+        view = store.working_view(run_id, state.step, state.version)
+    assert kept.captured_queries == []
+    assert [g.capability for g in grants] == ["search:public"]
+    assert (confirmations, view) == ([], [])
+
+    moved = store.apply(lifecycle.start(state))
+    with CaptureQueriesContext(connection) as read_again:
+        assert store.grants(run_id, moved.version) == grants
+    assert len(read_again.captured_queries) == 1  # another version: read from the database
+    with CaptureQueriesContext(connection) as unversioned:
+        store.grants(run_id)
+    assert len(unversioned.captured_queries) == 1
