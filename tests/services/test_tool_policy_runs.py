@@ -196,6 +196,41 @@ def test_pattern_and_url_host_in_hold_on_a_run() -> None:
     ] == {"id": "OPS-7", "status": "open", "assignee": "alice"}
 
 
+def test_subset_of_and_absent_or_hold_on_a_run() -> None:
+    """Grant constraints on a list and on an optional argument: labels must come from the
+    allowed set; a link may be left out, but one that is given must point at the tracker. The
+    call that keeps both reaches the contract's own confirmation; the others are refused."""
+    grant = {
+        **COMMENT,
+        "constraints": {**COMMENT["constraints"], "labels": {"subset_of": ["bug", "ops"]}},
+    }
+    outputs = [
+        tool_call(
+            "p1", "tracker_comment", {"ticket": "OPS-7", "text": "a", "labels": ["bug", "x"]}
+        ),
+        tool_call(
+            "p2", "tracker_comment", {"ticket": "OPS-7", "text": "b", "link": "http://evil.io"}
+        ),
+        tool_call("p3", "tracker_comment", {"ticket": "OPS-7", "text": "c", "labels": ["ops"]}),
+        final(["user-1"]),
+    ]
+    run_id = start(outputs, [grant])
+    run = advance(run_id)
+
+    codes = dict(
+        m.Observation.objects.filter(run_id=run_id, kind="policy-rejection").values_list(
+            "observation_id", "content__code"
+        )
+    )
+    assert codes == {
+        "policy-1": "CAPABILITY_CONSTRAINT_VIOLATED",  # subset_of: "x" is not allowed
+        "policy-2": "CAPABILITY_CONSTRAINT_VIOLATED",  # absent_or: a link, to another host
+    }
+    assert run.status == Status.WAITING_CONFIRMATION.value
+    assert run.pending_proposal["proposal_id"] == "p3"  # no link, allowed labels: granted
+    assert tracker.COMMENTS == {}
+
+
 def test_auto_constraints_let_a_matching_call_run_without_asking(world: Any) -> None:
     world.AGENTCONSOLE_TOOL_POLICY = {
         "tracker_comment": {
