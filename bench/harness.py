@@ -11,7 +11,7 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def summary(values: Iterable[float]) -> dict[str, float]:
     v = sorted(values)
     return {"median": statistics.median(v), "min": v[0], "max": v[-1], "n": len(v)}
+
+
+def ratios(values: Sequence[float], over: float | Sequence[float]) -> dict[str, float]:
+    """``summary`` of each value divided by ``over``: one number, or the values of a peer
+    measured in the same reps, paired rep by rep (interleaved runs share the machine's mood)."""
+    if isinstance(over, (int, float)):
+        return summary(v / over for v in values)
+    return summary(v / o for v, o in zip(values, over, strict=True))
 
 
 def percentile(values: Iterable[float], p: float) -> float:

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import ROOT, Context, percentile, summary
+from bench.harness import ROOT, Context, percentile, ratios, summary
 
 RATE_STEPS = 200
 GROWTH_STEPS = 1000
@@ -162,13 +162,20 @@ def _p50_ms(latencies: list[float], lo: int, hi: int) -> float:
     return percentile([x * 1000 for x in latencies[lo:hi]], 50)
 
 
-def _first_step_ms(fn: Callable[[], Any], reps: int = 5) -> float:
+def _first_step_ms(fn: Callable[[], Any], reps: int = 5) -> list[float]:
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1000)
-    return percentile(times, 50)
+    return times
+
+
+def _growth_figures(latencies: list[float], last: int, steps: int) -> dict[str, float]:
+    """p50 of the last ten steps over p50 of steps 10-20, with the last steps' spread."""
+    early = _p50_ms(latencies, 9, 20)
+    late = [x * 1000 for x in latencies[last:steps]]
+    return {"value": percentile(late, 50) / early, **ratios(late, early)}
 
 
 def bench_langgraph_peer(ctx: Context) -> dict[str, Any]:
@@ -238,12 +245,17 @@ def _resume(
     def their_fresh() -> None:
         loop.run(f"fresh-{uuid.uuid4().hex[:8]}", 1)
 
-    resume = {
-        "ours_ms": _first_step_ms(our_resume),
-        "ours_fresh_ms": _first_step_ms(our_fresh),
-        "theirs_ms": _first_step_ms(their_resume),
-        "theirs_fresh_ms": _first_step_ms(their_fresh),
+    runs = {
+        "ours": _first_step_ms(our_resume),
+        "ours_fresh": _first_step_ms(our_fresh),
+        "theirs": _first_step_ms(their_resume),
+        "theirs_fresh": _first_step_ms(their_fresh),
     }
+    resume: dict[str, Any] = {f"{k}_ms": summary(v) for k, v in runs.items()}
+    for side in ("ours", "theirs"):
+        fresh = percentile(runs[f"{side}_fresh"], 50)
+        resume[f"{side}_ratio"] = {"value": percentile(runs[side], 50) / fresh}
+        resume[f"{side}_ratio"].update(ratios(runs[side], fresh))
     return resume, done
 
 
@@ -282,27 +294,29 @@ def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
         },
         "step_vs_langgraph": {
             "value": ours_med / theirs_med,
+            **ratios(ours_rates, theirs_rates),
             "target": 3.0,
-            "how": "peer_persisted_steps_per_s / langgraph_steps_per_s (medians, interleaved)",
+            "how": "peer_persisted_steps_per_s / langgraph_steps_per_s: value from the medians; "
+            "median/min/max/n of the ratio rep by rep (interleaved)",
         },
         "step_latency_at": {
             "ours_step_10_ms": _p50_ms(ours, 9, 20),
             f"ours_step_{growth_steps}_ms": _p50_ms(ours, last, growth_steps),
-            "ours_growth": _p50_ms(ours, last, growth_steps) / _p50_ms(ours, 9, 20),
+            "ours_growth": _growth_figures(ours, last, growth_steps),
             "theirs_step_10_ms": _p50_ms(theirs, 9, 20),
             f"theirs_step_{growth_steps}_ms": _p50_ms(theirs, last, growth_steps),
-            "theirs_growth": _p50_ms(theirs, last, growth_steps) / _p50_ms(theirs, 9, 20),
+            "theirs_growth": _growth_figures(theirs, last, growth_steps),
             "target_ours_growth": 1.10,
             "how": f"one run / thread of {growth_steps} steps each, interleaved in chunks of "
-            f"{CHUNK}; p50 of steps 10-20 and of the last 10",
+            f"{CHUNK}; growth: p50 of the last 10 steps / p50 of steps 10-20 (median/min/max/n: "
+            "each of the last 10 over that p50)",
         },
         "resume_latency": {
             **resume,
-            "ours_ratio": resume["ours_ms"] / resume["ours_fresh_ms"],
-            "theirs_ratio": resume["theirs_ms"] / resume["theirs_fresh_ms"],
             "target_ours_ratio": 1.2,
-            "how": f"p50 of 5: one step taken cold (new Runner / new invoke) on a run of "
-            f"{growth_steps} steps, against one step of a fresh run",
+            "how": f"5 reps each: one step taken cold (new Runner / new invoke) on a run of "
+            f"{growth_steps} steps, against one step of a fresh run; ratio: p50 / fresh p50 "
+            "(median/min/max/n: each rep over the fresh p50)",
         },
         "bytes_per_step": {
             "ours": ours_bytes,

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bench.core import _new_run, _noop_contract, _one_step
-from bench.harness import Context, summary
+from bench.harness import Context, ratios, summary
 
 STEPS = int(os.environ.get("BENCH_OTEL_STEPS", "150"))
 REPS = int(os.environ.get("BENCH_OTEL_REPS", "5"))
@@ -105,7 +105,9 @@ def bench_otel_overhead(ctx: Context) -> dict[str, Any]:
         },
         "otel_on_vs_off": {
             "value": on_median / off_median,
-            "how": "median steps/s on / off (1.0 = no cost), reps interleaved",
+            **ratios(on_rates, off_rates),
+            "how": "median steps/s on / off (1.0 = no cost), reps interleaved; median/min/max/n "
+            "of the ratio rep by rep",
         },
         "otel_off_noop_cost_pct": {
             "value": 100 * SPANS_PER_STEP * noop_ns / step_ns,

@@ -9,7 +9,7 @@ import time
 import uuid
 from typing import Any
 
-from bench.harness import Context
+from bench.harness import Context, summary
 from bench.stack import (
     WORKER_OVERHEAD_S,
     _broker,
@@ -28,9 +28,10 @@ WORKERS = (1, 2, 4)
 
 def _measure(
     ctx: Context, tag: str, n_workers: int, run_ids: list[str], window: float
-) -> tuple[int, float, int, int, float]:
+) -> tuple[int, float, int, int, float, list[float]]:
     """Enqueue ``run_ids`` to ``n_workers`` fresh workers; poll until all are terminal or the
-    window ends. (planner steps, elapsed s, runs terminal, runs completed, enqueueing s)."""
+    window ends. (planner steps, elapsed s, runs terminal, runs completed, enqueueing s, the
+    steps/s of each whole second while every run was still going)."""
     from django.db import connections
     from django.db.models import Count
 
@@ -51,15 +52,22 @@ def _measure(
             services.enqueue_advance(run_id, queue=queue_name)
         enqueued_s = time.monotonic() - t0
         done = 0
+        steps_of = m.TraceEvent.objects.filter(run_id__in=run_ids, event="planner.output")
+        per_second: list[float] = []
+        mark = (t0, 0)
         while True:
             done = m.Run.objects.filter(pk__in=run_ids, status__in=terminal).count()
             elapsed = time.monotonic() - t0
             if done == n_runs or elapsed > window:
                 break
+            if done == 0 and time.monotonic() - mark[0] >= 1.0:
+                now, count = time.monotonic(), steps_of.count()
+                per_second.append((count - mark[1]) / (now - mark[0]))
+                mark = (now, count)
             if not all(w.alive() for w in workers):
                 raise RuntimeError(f"a worker died:\n{workers[0].tail()}")
             time.sleep(0.1)
-        steps = m.TraceEvent.objects.filter(run_id__in=run_ids, event="planner.output").count()
+        steps = steps_of.count()
         ended = dict(
             m.Run.objects.filter(pk__in=run_ids, status__in=terminal)
             .order_by()
@@ -69,7 +77,7 @@ def _measure(
         )
         done, completed = sum(ended.values()), ended.get("completed", 0)
         connections.close_all()
-    return steps, elapsed, done, completed, enqueued_s
+    return steps, elapsed, done, completed, enqueued_s, per_second
 
 
 def _how(ctx: Context, n_runs: int, searches: int, window: float, notes: list[str]) -> str:
@@ -82,7 +90,8 @@ def _how(ctx: Context, n_runs: int, searches: int, window: float, notes: list[st
         f"N = {', '.join(map(str, WORKERS))}, {ctx.vendor}. "
         f"steps/s = planner.output trace events / wall time from the first enqueue until all "
         f"runs are terminal (polled every 0.1 s) or the window of {window:.0f} s (the time budget"
-        f" split in {len(WORKERS)}) ends, whichever comes first. " + "; ".join(notes) + "."
+        f" split in {len(WORKERS)}) ends, whichever comes first; median/min/max/n: the steps/s "
+        f"of each whole second before the first run ended. " + "; ".join(notes) + "."
     )
     if ctx.vendor == "sqlite":
         how += (
@@ -121,10 +130,13 @@ def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
     window = max(10.0, spare / len(WORKERS))
     try:
         for n_workers, run_ids in batches.items():
-            steps, elapsed, done, completed, enqueued_s = _measure(
+            steps, elapsed, done, completed, enqueued_s, per_second = _measure(
                 ctx, tag, n_workers, run_ids, window
             )
-            figures[f"steps_per_s_{n_workers}"] = round(steps / elapsed, 2)
+            figures[f"steps_per_s_{n_workers}"] = {
+                "value": round(steps / elapsed, 2),
+                **(summary(per_second) if per_second else {"n": 0}),
+            }
             figures[f"wall_s_{n_workers}"] = round(elapsed, 2)
             notes.append(
                 f"{n_workers} worker(s): {steps} steps in {elapsed:.1f} s, {done}/{n_runs} runs "
@@ -133,9 +145,11 @@ def bench_worker_scaling(ctx: Context) -> dict[str, Any]:
     finally:
         _redis_cleanup(ctx, tag)
         connections.close_all()
-    one = figures.get("steps_per_s_1") or 0
+    one = figures["steps_per_s_1"]["value"] if "steps_per_s_1" in figures else 0
     for n in WORKERS[1:]:
         key = f"steps_per_s_{n}"
-        figures[f"ratio_{n}"] = round(figures[key] / one, 3) if one and key in figures else 0
+        figures[f"ratio_{n}"] = (
+            round(figures[key]["value"] / one, 3) if one and key in figures else 0
+        )
     how = _how(ctx, n_runs, searches, window, notes)
     return {"worker_scaling": {**figures, "runs": n_runs, "how": how}}
