@@ -31,7 +31,7 @@ def _measure(
 ) -> tuple[int, float, int, int, float, list[float]]:
     """Enqueue ``run_ids`` to ``n_workers`` fresh workers; poll until all are terminal or the
     window ends. (planner steps, elapsed s, runs terminal, runs completed, enqueueing s, the
-    steps/s of each whole second while every run was still going)."""
+    steps/s of each whole second until then)."""
     from django.db import connections
     from django.db.models import Count
 
@@ -60,7 +60,7 @@ def _measure(
             elapsed = time.monotonic() - t0
             if done == n_runs or elapsed > window:
                 break
-            if done == 0 and time.monotonic() - mark[0] >= 1.0:
+            if time.monotonic() - mark[0] >= 1.0:
                 now, count = time.monotonic(), steps_of.count()
                 per_second.append((count - mark[1]) / (now - mark[0]))
                 mark = (now, count)
@@ -91,7 +91,7 @@ def _how(ctx: Context, n_runs: int, searches: int, window: float, notes: list[st
         f"steps/s = planner.output trace events / wall time from the first enqueue until all "
         f"runs are terminal (polled every 0.1 s) or the window of {window:.0f} s (the time budget"
         f" split in {len(WORKERS)}) ends, whichever comes first; median/min/max/n: the steps/s "
-        f"of each whole second before the first run ended. " + "; ".join(notes) + "."
+        f"of each whole second of that time. " + "; ".join(notes) + "."
     )
     if ctx.vendor == "sqlite":
         how += (
