@@ -22,7 +22,7 @@ import os
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
+from channels.db import DatabaseSyncToAsync, database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from policy.domain.errors import NotFound
@@ -66,20 +66,73 @@ def _visible(user: Any, run_id: str) -> bool:
     return True
 
 
-@database_sync_to_async
-def _events_after(run_id: str, after: int) -> list[dict[str, Any]]:
-    rows = m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")
+def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
+    rows = (
+        m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=after)
+        .order_by("sequence")
+        .values_list("sequence", "event", "proposal_id", "details", "created_at")
+    )
     return [
         {
             "type": "event",
-            "sequence": r.sequence,
-            "event": r.event,
-            "proposal_id": r.proposal_id,
-            "details": r.details,
-            "created_at": r.created_at.isoformat(),
+            "sequence": sequence,
+            "event": event,
+            "proposal_id": proposal_id,
+            "details": details,
+            "created_at": created_at.isoformat(),
         }
-        for r in rows[:BATCH]
+        for sequence, event, proposal_id, details, created_at in rows[:BATCH]
     ]
+
+
+# Not thread-sensitive: Channels runs every thread-sensitive call of the process in one thread,
+# so with many sockets their reads queued behind each other (100 clients on 20 runs waited
+# most of a second). These reads only read; each runs in the loop's thread pool with its own
+# pooled connection.
+_read_events = DatabaseSyncToAsync(_read_events_after, thread_sensitive=False)
+
+# Reads in flight, by (run, after): the sockets of one run in this process usually stand at the
+# same sequence when its doorbell rings, and share one read instead of making one each. A read
+# records the highest doorbell of its run this process had heard when it started: a socket
+# that must see event N (its doorbell said N committed) joins only a read that started after
+# that doorbell, so it never waits on a read that could miss N.
+_heard: dict[str, int] = {}
+FRESH = 2**62  # a need no read in flight covers
+_reading: dict[tuple[str, int], tuple[int, asyncio.Future[list[dict[str, Any]]]]] = {}
+
+
+_watching: dict[str, int] = {}  # sockets per run in this process: _heard is kept while > 0
+
+
+def _heard_of(run_id: str, sequence: int) -> None:
+    if sequence > _heard.get(run_id, 0):
+        _heard[run_id] = sequence
+
+
+def _watch(run_id: str, delta: int) -> None:
+    left = _watching.get(run_id, 0) + delta
+    if left > 0:
+        _watching[run_id] = left
+    else:
+        _watching.pop(run_id, None)
+        _heard.pop(run_id, None)
+
+
+async def _events_after(run_id: str, after: int, *, need: int = 0) -> list[dict[str, Any]]:
+    key = (run_id, after)
+    entry = _reading.get(key)
+    if entry is None or entry[0] < need:
+        read = asyncio.ensure_future(_read_events(run_id, after))
+        entry = (_heard.get(run_id, 0), read)
+        _reading[key] = entry
+
+        def done(_: Any, key: tuple[str, int] = key, read: Any = read) -> None:
+            if _reading.get(key, (0, None))[1] is read:
+                del _reading[key]
+
+        read.add_done_callback(done)
+    # Shielded: one socket going away does not cancel the read the others wait for.
+    return await asyncio.shield(entry[1])
 
 
 def _uncount(consumer: Any) -> None:
@@ -111,7 +164,11 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self.counted = "trace"
         _open_clients["trace"] += 1
-        await self.catch_up()
+        _watch(self.run_id, +1)
+        self.watching = True
+        # Its own read, started after joining the group: a read already in flight may have
+        # begun before an event whose doorbell rang before this socket listened.
+        await self.catch_up(need=FRESH)
         await self.send_json({"type": "replayed", "last_sequence": self.last})
         self.ticker = asyncio.create_task(self._tick())
 
@@ -124,6 +181,9 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
                 await ticker
         if hasattr(self, "run_id") and hasattr(self, "lock"):
             await self.channel_layer.group_discard(run_group(self.run_id), self.channel_name)
+        if getattr(self, "watching", False):
+            self.watching = False
+            _watch(self.run_id, -1)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # Clients only listen; a "ping" gets the position back (useful for reconnect logic).
@@ -131,13 +191,15 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong", "last_sequence": self.last})
 
     async def trace_doorbell(self, message: dict[str, Any]) -> None:
-        if message.get("sequence", 0) > self.last:
-            await self.catch_up()
+        sequence = message.get("sequence", 0)
+        _heard_of(self.run_id, sequence)
+        if sequence > self.last:
+            await self.catch_up(need=sequence)
 
-    async def catch_up(self) -> None:
+    async def catch_up(self, *, need: int = 0) -> None:
         async with self.lock:
             while True:
-                events = await _events_after(self.run_id, self.last)
+                events = await _events_after(self.run_id, self.last, need=need)
                 for event in events:
                     await self.send_json(event)
                     self.last = event["sequence"]
