@@ -5,8 +5,11 @@ in-memory layer, which does not cross processes, in the embedded deployment) onl
 event until the consumer's periodic catch-up. Ringing never fails or slows a commit:
 
 * With a cross-process layer (Redis) rings go to one background thread per process that owns
-  a persistent event loop (one connection pool), fire and forget; rings for the same run that
-  queue up are coalesced to the latest sequence.
+  a persistent event loop (one connection pool), fire and forget. A group has at most one send
+  in flight: rings that come meanwhile are coalesced to the latest sequence and sent when it
+  returns, and at most ``MAX_SENDING`` groups send at once. (One send per ring let a busy
+  process with 20 runs stepping pile up sends until Redis's connection pool refused them,
+  ``MaxConnectionsError``: those rings were lost and their events waited for the catch-up.)
 * With the in-memory layer the ring is delivered in place (it only reaches consumers of this
   process, whose event loop ``async_to_sync`` uses when called from a request thread).
 """
@@ -31,6 +34,9 @@ def run_group(run_id: str) -> str:
     return f"run.{run_id}"
 
 
+MAX_SENDING = 32  # groups sending at once (channels_redis's pool allows 100 connections)
+
+
 class _Bell:
     """One daemon thread with its own loop; recreated after fork (Celery prefork children)."""
 
@@ -38,25 +44,34 @@ class _Bell:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.pending: dict[str, dict[str, Any]] = {}
+        self.sending: set[str] = set()  # groups with a send in flight (or about to start)
         self.lock = threading.Lock()
+        self.limit: asyncio.Semaphore | None = None  # made in the loop's own thread
         threading.Thread(target=self.loop.run_forever, name="doorbell", daemon=True).start()
 
     def ring(self, group: str, message: dict[str, Any]) -> None:
         with self.lock:
-            first = group not in self.pending
             self.pending[group] = message  # coalesce: the latest sequence says it all
-        if first:
-            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._send(group)))
+            start = group not in self.sending
+            self.sending.add(group)
+        if start:
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._drain(group)))
 
-    async def _send(self, group: str) -> None:
-        with self.lock:
-            message = self.pending.pop(group, None)
-        if message is None:
-            return
-        try:
-            await get_channel_layer().group_send(group, message)
-        except Exception as exc:  # the truth is committed; the consumer catches up
-            log.warning("doorbell for %s failed: %s", group, type(exc).__name__)
+    async def _drain(self, group: str) -> None:
+        """Send the group's latest ring until none is left; one send at a time per group."""
+        if self.limit is None:
+            self.limit = asyncio.Semaphore(MAX_SENDING)
+        while True:
+            with self.lock:
+                message = self.pending.pop(group, None)
+                if message is None:
+                    self.sending.discard(group)
+                    return
+            async with self.limit:
+                try:
+                    await get_channel_layer().group_send(group, message)
+                except Exception as exc:  # the truth is committed; the consumer catches up
+                    log.warning("doorbell for %s failed: %s", group, type(exc).__name__)
 
 
 _bell: _Bell | None = None
