@@ -59,12 +59,16 @@ class ConfirmationOut(serializers.ModelSerializer):
         return approvals_needed(approver_rule(row.approvers))
 
 
-def _confirmations_visible(user: Any) -> Any:
-    qs = Confirmation.objects.select_related("decided_by").prefetch_related("approvals")
+def _visible(user: Any) -> Any:
+    qs = Confirmation.objects.all()
     if is_operator(user) or is_reviewer(user):
         return qs
     # The same rule as the runs they belong to (runs.selectors.runs_visible).
     return qs.filter(run_selectors.own_runs_q(user=user, prefix="run__"))
+
+
+def _confirmations_visible(user: Any) -> Any:
+    return _visible(user).select_related("decided_by").prefetch_related("approvals")
 
 
 class ConfirmationList(APIView):
@@ -94,24 +98,33 @@ class DecisionIn(StrictSerializer):
 
 
 def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
-    c = _confirmations_visible(request.user).filter(pk=confirmation_id).first()
-    if c is None:
+    # Only what the check needs: the run's id, owner and subject (one query, no run row).
+    found = (
+        _visible(request.user)
+        .filter(pk=confirmation_id)
+        .values_list("run_id", "run__owner_id", "run__subject")
+        .first()
+    )
+    if found is None:
         raise NotFound("no such confirmation")
+    run_id, owner_id, subject = found
     # Nobody but an operator or the run's own person ever decides (a reviewer: 403); the
     # confirmation's approver rule then narrows that (APPROVER_NOT_ALLOWED, in the service).
-    if not run_selectors.may_act_on_run(user=request.user, run=c.run):
+    ownership = run_selectors.RunOwnership(owner_id=owner_id, subject=subject)
+    if not run_selectors.may_act_on_run(user=request.user, run=ownership):
         raise PermissionDenied("only operators or the run's owner decide confirmations")
     data = validated(DecisionIn, request.data)
     run_services.confirmation_decide(
-        confirmation_id=c.pk,
+        confirmation_id=confirmation_id,
         approved=approved,
         shown_hash=data["proposal_hash"],
         by=request.user,
         reason=data["reason"],
         enqueue=True,
         ctx=wiring.context(),
+        run_id=run_id,
     )
-    c = _confirmations_visible(request.user).get(pk=c.pk)
+    c = _confirmations_visible(request.user).get(pk=confirmation_id)
     if approved and c.status == ConfirmationStatus.PENDING.value:
         # One approval of two (four eyes): recorded, the run still waits for another person.
         return Response(ConfirmationOut(c).data, status=202)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db.models import Q
@@ -97,11 +97,19 @@ def own_runs_q(*, user: Any, prefix: str = "") -> Q:
     return Q(**{f"{prefix}owner": user}) | Q(**{f"{prefix}subject": user.get_username()})
 
 
-def is_own_run(*, user: Any, run: m.Run) -> bool:
+@dataclass(frozen=True)
+class RunOwnership:
+    """Whose a run is, without its row (a ``Run`` has the same two attributes)."""
+
+    owner_id: Any
+    subject: str
+
+
+def is_own_run(*, user: Any, run: m.Run | RunOwnership) -> bool:
     return run.owner_id == user.pk or run.subject == user.get_username()
 
 
-def may_act_on_run(*, user: Any, run: m.Run) -> bool:
+def may_act_on_run(*, user: Any, run: m.Run | RunOwnership) -> bool:
     """Who may act on a run (cancel it, decide its confirmations): an operator, or its owner
     (started by them or for them)."""
     return is_operator(user) or is_own_run(user=user, run=run)

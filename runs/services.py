@@ -258,9 +258,11 @@ def confirmation_decide(
     reason: str = "",
     enqueue: bool = False,
     ctx: RunsContext | None = None,
+    run_id: str | None = None,
 ) -> RunState:
     """A person approves or declines the pending confirmation they were shown. Takes the run's
-    row lock.
+    row lock (of ``run_id`` when the caller already read the confirmation's run; otherwise the
+    confirmation is read first to find it).
 
     1. ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
        the decision is refused (a stale click can never approve a different proposal).
@@ -285,14 +287,18 @@ def confirmation_decide(
     for _ in range(DECIDE_ATTEMPTS):
         try:
             with transaction.atomic():
+                locked = run_id
+                if locked is None:
+                    locked = policy_services.confirmation_for_decision(
+                        confirmation_id=confirmation_id, shown_hash=shown_hash
+                    ).run_id
+                owner_id = _lock_run(locked)
+                # Read (again) under the lock: what an earlier holder wrote is visible now.
                 row = policy_services.confirmation_for_decision(
                     confirmation_id=confirmation_id, shown_hash=shown_hash
                 )
-                owner_id = _lock_run(row.run_id)
-                # Read again under the lock: what an earlier holder wrote is visible now.
-                row = policy_services.confirmation_for_decision(
-                    confirmation_id=confirmation_id, shown_hash=shown_hash
-                )
+                if row.run_id != locked:
+                    raise NotFound("no such confirmation", confirmation_id=confirmation_id)
                 state = store.load(row.run_id)
                 if (
                     state.status is not Status.WAITING_CONFIRMATION
