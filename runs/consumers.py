@@ -19,11 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import DatabaseSyncToAsync, database_sync_to_async
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db import DatabaseError, connection
 
 from policy.domain.errors import NotFound
 from policy.roles import is_operator, is_reviewer
@@ -67,11 +71,17 @@ def _visible(user: Any, run_id: str) -> bool:
 
 
 def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
-    rows = (
-        m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=after)
-        .order_by("sequence")
-        .values_list("sequence", "event", "proposal_id", "details", "created_at")
-    )
+    try:
+        rows = list(
+            m.TraceEvent.objects.filter(run_id=run_id, sequence__gt=after)
+            .order_by("sequence")
+            .values_list("sequence", "event", "proposal_id", "details", "created_at")[:BATCH]
+        )
+    except DatabaseError:
+        # A broken connection (the database restarted) is not kept: the next read opens
+        # another. The socket's error closes it; its client reconnects with ``after``.
+        connection.close()
+        raise
     return [
         {
             "type": "event",
@@ -81,15 +91,46 @@ def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
             "details": details,
             "created_at": created_at.isoformat(),
         }
-        for sequence, event, proposal_id, details, created_at in rows[:BATCH]
+        for sequence, event, proposal_id, details, created_at in rows
     ]
 
 
-# Not thread-sensitive: Channels runs every thread-sensitive call of the process in one thread,
-# so with many sockets their reads queued behind each other (100 clients on 20 runs waited
-# most of a second). These reads only read; each runs in the loop's thread pool with its own
-# pooled connection.
-_read_events = DatabaseSyncToAsync(_read_events_after, thread_sensitive=False)
+# The trace reads run in a few threads of their own, each keeping its connection between
+# reads. Not Channels' thread-sensitive calls: it runs all of them in one thread, so with many
+# sockets their reads queued behind each other (100 clients on 20 runs waited most of a second).
+# And not a connection taken from the pool per read: the pool's health check before each use
+# cost a round trip more than the read itself (py-spy of daphne under the trace benchmark).
+READERS = 4
+
+
+def _new_readers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="trace-read")
+
+
+_readers = _new_readers()
+
+
+async def _read_events(run_id: str, after: int) -> list[dict[str, Any]]:
+    read = sync_to_async(_read_events_after, thread_sensitive=False, executor=_readers)
+    return await read(run_id, after)
+
+
+def close_readers() -> None:
+    """Close the connections the reader threads keep, and start afresh (a test suite does this
+    before its database is dropped, which PostgreSQL refuses while a session is connected)."""
+    global _readers
+    old, _readers = _readers, _new_readers()
+    # One task per thread: each waits for the others, so every thread runs exactly one.
+    together = threading.Barrier(READERS)
+
+    def close() -> None:
+        connection.close()
+        together.wait(timeout=30)
+
+    for _ in range(READERS):
+        old.submit(close)
+    old.shutdown(wait=True)
+
 
 # Reads in flight, by (run, after): the sockets of one run in this process usually stand at the
 # same sequence when its doorbell rings, and share one read instead of making one each. A read

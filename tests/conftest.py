@@ -4,6 +4,9 @@ Layout mirrors the code: tests/domain (no database), tests/conformance, tests/se
 tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
 """
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from tests.support.races import require_postgres
@@ -17,6 +20,18 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
     from django.conf import settings
 
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture(scope="session")
+def trace_readers_closed(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """For tests that run the live trace's consumer in this process: its reader threads keep
+    their connections (runs.consumers), closed before the test database is dropped (this
+    fixture's teardown runs before that one's)."""
+    yield
+    from runs import consumers  # import here: Django is set up only once the session starts
+
+    with django_db_blocker.unblock():
+        consumers.close_readers()
 
 
 @pytest.fixture

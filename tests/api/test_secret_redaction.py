@@ -26,7 +26,11 @@ from tests.api import api_kit as kit
 from tests.support.db_scan import scan
 from tests.support.planner import tool_call
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The trace consumer runs in this process (tests/conftest.py: trace_readers_closed).
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("trace_readers_closed"),
+]
 
 OPENAI = "sk-live-abc123def456ghi789jkl012"
 PASSWORD = "hunter2"

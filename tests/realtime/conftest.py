@@ -14,6 +14,11 @@ import pytest
 from tests.support.personas import make_user
 
 
+@pytest.fixture(autouse=True)
+def _readers(trace_readers_closed: None) -> None:
+    """The trace consumers run in this process (tests/conftest.py: trace_readers_closed)."""
+
+
 @pytest.fixture
 def personas(db):
     roles = {"alice": "user", "bob": "user", "operator": "operator"}

@@ -14,6 +14,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 
 from runs import consumers
 
@@ -118,3 +119,23 @@ def test_what_was_heard_of_a_run_is_dropped_with_its_last_socket(reads: list) ->
     assert consumers._heard[RUN] == 9
     consumers._watch(RUN, -1)
     assert RUN not in consumers._heard
+
+
+def test_a_reader_drops_a_broken_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader threads keep their connections between reads; one that failed (a database
+    restart) is closed, so the thread's next read opens a new one instead of failing forever."""
+    closed: list[bool] = []
+
+    class Broken:
+        def filter(self, **kwargs: Any) -> Any:
+            raise OperationalError("server closed the connection unexpectedly")
+
+    class Connection:
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(consumers.m.TraceEvent, "objects", Broken())
+    monkeypatch.setattr(consumers, "connection", Connection())
+    with pytest.raises(OperationalError):
+        consumers._read_events_after(RUN, 0)
+    assert closed == [True]
