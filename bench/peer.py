@@ -321,9 +321,12 @@ def _measure(ctx: Context, loop: _LangGraphLoop, conn: Any) -> dict[str, Any]:
         "bytes_per_step": {
             "ours": ours_bytes,
             "theirs": theirs_bytes,
-            "how": "sum of pg_column_size of every row the run / thread wrote, divided by its "
-            "steps (ours: trace, observations, ledger, working memory, run row; theirs: "
-            "checkpoints, checkpoint_blobs, checkpoint_writes)",
+            "n_steps_ours": growth_steps,
+            "n_steps_theirs": done[0],
+            "how": "an exact count, not a sample (so no median/min/max): sum of pg_column_size "
+            "of every row the run / thread wrote, divided by its n steps (ours: trace, "
+            "observations, ledger, working memory, run row; theirs: checkpoints, "
+            "checkpoint_blobs, checkpoint_writes)",
         },
     }
 
