@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.db import DatabaseError, connection
 
 from policy.domain.errors import NotFound
@@ -100,7 +101,13 @@ def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
 # sockets their reads queued behind each other (100 clients on 20 runs waited most of a second).
 # And not a connection taken from the pool per read: the pool's health check before each use
 # cost a round trip more than the read itself (py-spy of daphne under the trace benchmark).
-READERS = 4
+def _reader_count(pool: Any) -> int:
+    # At most half of the process's connection pool (the other half serves requests), up to 4.
+    size = pool.get("max_size", 8) if isinstance(pool, dict) else 8
+    return max(1, min(4, size // 2))
+
+
+READERS = _reader_count(settings.DATABASES["default"].get("OPTIONS", {}).get("pool"))
 
 
 def _new_readers() -> ThreadPoolExecutor:

@@ -139,3 +139,10 @@ def test_a_reader_drops_a_broken_connection(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(OperationalError):
         consumers._read_events_after(RUN, 0)
     assert closed == [True]
+
+
+@pytest.mark.parametrize(
+    ("pool", "readers"), [(None, 4), ({"max_size": 10}, 4), ({"max_size": 3}, 1)]
+)
+def test_the_readers_keep_at_most_half_the_pool(pool: Any, readers: int) -> None:
+    assert consumers._reader_count(pool) == readers
