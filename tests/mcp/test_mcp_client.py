@@ -4,7 +4,6 @@ request was sent (before: failed and retryable; after: unknown for a write)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from policy.domain.mcp import McpServerSpec, pin
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome
 from policy.mcp.client import McpUnavailable, call_tool, list_tools
 from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server
+from tests.support.loops import run_in_own_loop
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -73,13 +73,9 @@ def test_a_call_from_a_thread_whose_event_loop_runs(notes: NotesServer) -> None:
     async def inside() -> ToolOutcome:
         return call(notes, "post_note", read_only=False, text="from a loop")
 
-    # The loop runs in a thread of the test's own (the test process's main thread may already
-    # run one: Playwright's, when the browser tests ran first).
-    outcomes: list[ToolOutcome] = []
-    runner = threading.Thread(target=lambda: outcomes.append(asyncio.run(inside())))
-    runner.start()
-    runner.join(timeout=120)
-    (outcome,) = outcomes
+    # The test process's main thread may already run a loop (Playwright's, after the browser
+    # tests): the loop runs in a thread of its own.
+    outcome = run_in_own_loop(inside)
     assert outcome.status is OutcomeStatus.SUCCEEDED
     assert len(notes.calls("post_note")) == 1
 

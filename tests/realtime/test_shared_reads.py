@@ -17,6 +17,7 @@ import pytest
 from django.db import OperationalError
 
 from runs import consumers
+from tests.support.loops import run_in_own_loop
 
 RUN = "run_shared"
 
@@ -55,7 +56,7 @@ def test_sockets_at_one_sequence_share_one_read(reads: list) -> None:
         _finish(reads, 0, [4])
         return await asyncio.gather(*waits)
 
-    results = asyncio.run(scenario())
+    results = run_in_own_loop(scenario)
     assert results == [[{"sequence": 4}]] * 5
     assert consumers._reading == {}  # nothing left in flight
 
@@ -74,7 +75,7 @@ def test_a_newer_doorbell_never_joins_an_older_read(reads: list) -> None:
         _finish(reads, 1, [4, 5])
         return await first, await second
 
-    first, second = asyncio.run(scenario())
+    first, second = run_in_own_loop(scenario)
     assert [e["sequence"] for e in second] == [4, 5]
     assert [e["sequence"] for e in first] == [4]
 
@@ -95,7 +96,7 @@ def test_a_new_socket_starts_its_own_read_and_others_may_join_it(reads: list) ->
         assert [e["sequence"] for e in await joined] == [1, 2]
         await older
 
-    asyncio.run(scenario())
+    run_in_own_loop(scenario)
 
 
 def test_a_socket_that_goes_away_does_not_cancel_the_shared_read(reads: list) -> None:
@@ -108,7 +109,7 @@ def test_a_socket_that_goes_away_does_not_cancel_the_shared_read(reads: list) ->
         _finish(reads, 0, [1])
         return await staying
 
-    assert asyncio.run(scenario()) == [{"sequence": 1}]
+    assert run_in_own_loop(scenario) == [{"sequence": 1}]
 
 
 def test_what_was_heard_of_a_run_is_dropped_with_its_last_socket(reads: list) -> None:
