@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import Any
 
-from bench.harness import Context, percentile, ratios, summary
+from bench.harness import Context, percentile, ratios, relative, summary
 
 REPS = 5
 
@@ -322,11 +322,9 @@ def bench_step_growth(ctx: Context) -> dict[str, Any]:
             break
     early = [x * 1000 for x in latencies[9:20]]
     late = [x * 1000 for x in latencies[989:1000]]
-    growth = percentile(late, 50) / percentile(early, 50) if late else float("nan")
     return {
         "step_cost_growth": {
-            "value": growth,
-            **(ratios(late, percentile(early, 50)) if late else {}),
+            **(relative(late, early) if late else {"value": float("nan")}),
             "p50_steps_10_20_ms": percentile(early, 50),
             "p50_steps_990_1000_ms": percentile(late, 50),
             "target": 1.10,

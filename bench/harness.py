@@ -32,6 +32,14 @@ def ratios(values: Sequence[float], over: float | Sequence[float]) -> dict[str, 
     return summary(v / o for v, o in zip(values, over, strict=True))
 
 
+def relative(values: Sequence[float], reference: Sequence[float]) -> dict[str, float]:
+    """``values`` against a reference: ``value`` is p50 over the reference's p50; the spread is
+    each of ``values`` over that p50 (``ratios``). Step growth (late steps against early ones)
+    and resume (a cold step against a fresh run's) are both this."""
+    base = percentile(reference, 50)
+    return {"value": percentile(values, 50) / base, **ratios(values, base)}
+
+
 def percentile(values: Iterable[float], p: float) -> float:
     v = sorted(values)
     if not v:

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import ROOT, Context, percentile, ratios, summary
+from bench.harness import ROOT, Context, percentile, ratios, relative, summary
 
 RATE_STEPS = 200
 GROWTH_STEPS = 1000
@@ -172,10 +172,8 @@ def _first_step_ms(fn: Callable[[], Any], reps: int = 5) -> list[float]:
 
 
 def _growth_figures(latencies: list[float], last: int, steps: int) -> dict[str, float]:
-    """p50 of the last ten steps over p50 of steps 10-20, with the last steps' spread."""
-    early = _p50_ms(latencies, 9, 20)
-    late = [x * 1000 for x in latencies[last:steps]]
-    return {"value": percentile(late, 50) / early, **ratios(late, early)}
+    """The last ten steps against steps 10-20 (``relative``)."""
+    return relative(latencies[last:steps], latencies[9:20])
 
 
 def bench_langgraph_peer(ctx: Context) -> dict[str, Any]:
@@ -253,9 +251,7 @@ def _resume(
     }
     resume: dict[str, Any] = {f"{k}_ms": summary(v) for k, v in runs.items()}
     for side in ("ours", "theirs"):
-        fresh = percentile(runs[f"{side}_fresh"], 50)
-        resume[f"{side}_ratio"] = {"value": percentile(runs[side], 50) / fresh}
-        resume[f"{side}_ratio"].update(ratios(runs[side], fresh))
+        resume[f"{side}_ratio"] = relative(runs[side], runs[f"{side}_fresh"])
     return resume, done
 
 

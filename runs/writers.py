@@ -96,18 +96,11 @@ def _observations(commit: Commit, at: At) -> list[Write]:
     ]
 
 
-def kept_working(commit: Commit, at: At) -> list[WorkingItem]:
-    """The run's working memory once this commit is written (the eviction rule applied to at
-    most max_items + len(new) items: constant per step)."""
-    if not commit.working_items:
-        return list(at.working)
-    return admit(list(at.working), commit.working_items, step=at.state.step)
-
-
 def _working(commit: Commit, at: At) -> list[Write]:
     if not commit.working_items:
         return []
-    kept = kept_working(commit, at)
+    # The eviction rule over at most max_items + len(new) items: constant per step.
+    kept = admit(list(at.working), commit.working_items, step=at.state.step)
     current_ids = {i.item_id for i in at.working}
     # Always one DELETE (of whatever is not kept), so a step costs the same number of
     # statements whether or not the caps evict something.
