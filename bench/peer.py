@@ -29,7 +29,7 @@ from bench.harness import ROOT, Context, percentile, ratios, relative, summary
 RATE_STEPS = 200
 GROWTH_STEPS = 1000
 REPS = 3
-CHUNK = 50  # growth steps per turn, ours then theirs
+CHUNK = 20  # growth steps per turn, ours then theirs: a worker's slice (bench.core.SLICE)
 
 
 def _langgraph() -> Any:
@@ -116,12 +116,8 @@ def _our_steps(steps: int) -> tuple[str, list[float]]:
     from bench import core
 
     run_id, runner = _ours(steps)
-    latencies = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        core._one_step(runner, run_id)
-        latencies.append(time.perf_counter() - t)
-    return run_id, latencies
+    # One advance, as LangGraph's one invoke: each step timed from tool call to tool call.
+    return run_id, core._steps(runner, run_id, steps)
 
 
 def _our_bytes(run_id: str) -> int:
@@ -207,13 +203,11 @@ def _growth(loop: _LangGraphLoop, growth_steps: int) -> tuple[str, list[float], 
     thread = f"growth-{uuid.uuid4().hex[:8]}"
     ours: list[float] = []
     theirs: list[float] = []
-    # Interleaved in chunks, so load that comes and goes lands on both curves alike. Each of
-    # LangGraph's chunks is one invoke: its first step also loads the thread's checkpoint.
+    # Interleaved in chunks, so load that comes and goes lands on both curves alike. Each chunk
+    # is one advance of ours and one invoke of LangGraph's: its first step also loads the run
+    # (the thread's checkpoint).
     for start in range(0, growth_steps, CHUNK):
-        for _ in range(CHUNK):
-            t = time.perf_counter()
-            core._one_step(runner, our_run)
-            ours.append(time.perf_counter() - t)
+        ours += core._steps(runner, our_run, CHUNK)
         theirs += loop.run(thread, CHUNK, start_at=start)
     return our_run, ours, thread, theirs
 
