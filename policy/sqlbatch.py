@@ -4,15 +4,21 @@ A step's commit is a handful of small writes (a compare-and-set, a few inserts, 
 update or two). Sent one by one, each waits for the database's answer before the next leaves:
 the step pays a network round trip and Django's query building per write. Here every write is a
 plain statement built from the models' own field definitions (the same values Django would
-send), and on PostgreSQL they go out together in psycopg's pipeline mode: one round trip, row
-counts read once all have run. SQLite (the embedded default) runs them one after another.
+send), and on PostgreSQL they go out together in psycopg's pipeline mode. SQLite (the embedded
+default) runs them one after another.
+
+Two ways to send writes:
+
+- ``run`` inside the caller's ``transaction.atomic`` block: one round trip for the writes, row
+  counts read once all have run; callers check them and roll back by raising. (The block itself
+  costs two more: psycopg waits for its BEGIN in pipeline mode, and its COMMIT goes after the
+  counts were checked.)
+- ``transaction``, when there is no caller's transaction: BEGIN, the writes and COMMIT in one
+  round trip. The database checks each ``expect_one`` itself and fails the transaction when
+  one is unmet, before COMMIT; nothing of a failed one stays.
 
 Reads work the same way (``select``, ``fetch``): a step reads its run row, grants,
 confirmations and working memory together, as plain tuples decoded by the fields that hold them.
-
-Callers of ``run`` check the row counts afterwards (a compare-and-set that matched no row means
-another writer came first) and roll the transaction back by raising: nothing of a missed batch
-stays.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models
+from django.db import DEFAULT_DB_ALIAS, DataError, IntegrityError, connections, models
 from django.db.models.fields import AutoFieldMixin
+from django.db.transaction import atomic, set_rollback
+from psycopg.pq import TransactionStatus
 
 
 @dataclass(frozen=True)
@@ -38,17 +46,29 @@ class Write:
 
 @dataclass
 class Ran:
-    """What a batch did: each statement's row count, and the integrity error that stopped it."""
+    """What a batch did: each statement's row count, the integrity error that stopped it, the
+    statement whose ``expect_one`` the database found unmet (``transaction`` has them checked
+    there), and whether the batch's own transaction committed."""
 
     rowcounts: list[int] = field(default_factory=list)
     error: IntegrityError | None = None
+    unmet: int | None = None
+    committed: bool = False
+
+    def missed_at(self, writes: Sequence[Write]) -> int | None:
+        """The index of the first statement with an ``expect_one`` that did not change exactly
+        one row."""
+        if self.unmet is not None:
+            return self.unmet
+        for i, (write, count) in enumerate(zip(writes, self.rowcounts, strict=False)):
+            if write.expect_one is not None and count != 1:
+                return i
+        return None
 
     def missed(self, writes: Sequence[Write]) -> str | None:
         """The ``expect_one`` of the first statement that did not change exactly one row."""
-        for write, count in zip(writes, self.rowcounts, strict=False):
-            if write.expect_one is not None and count != 1:
-                return write.expect_one
-        return None
+        i = self.missed_at(writes)
+        return None if i is None else writes[i].expect_one
 
 
 def quote(name: str) -> str:
@@ -174,24 +194,90 @@ def run(writes: Sequence[Write]) -> Ran:
     db = _db()
     if not db.in_atomic_block:
         raise RuntimeError("a batch of writes needs the caller's transaction")
-    cursors = [db.cursor() for _ in writes]
     ran = Ran()
-    pipelined = db.vendor == "postgresql"
+    ran.rowcounts, _ = _send(db, [(w.sql, w.params) for w in writes], ran)
+    return ran
+
+
+def transaction(writes: Sequence[Write]) -> Ran:
+    """Run ``writes`` as a transaction of their own, and commit it.
+
+    On PostgreSQL ``BEGIN``, the writes and ``COMMIT`` leave together: one round trip, where a
+    transaction in a ``transaction.atomic`` block costs three (psycopg waits for the answer to
+    its BEGIN in pipeline mode, and the COMMIT waits until the writes' row counts were checked).
+    Each ``expect_one`` is checked by the database instead: an unmet one fails the statement,
+    the server skips the rest, COMMIT included, and the transaction is rolled back (``unmet``
+    names it). An integrity error ends it the same way (``error``). Either way nothing of it
+    stays. Elsewhere (SQLite) the writes run in an atomic block, rolled back on the same
+    grounds."""
+    db = _db()
+    if db.in_atomic_block:
+        raise RuntimeError("a transaction of its own cannot run inside the caller's")
+    ran = Ran()
+    if db.vendor != "postgresql":
+        with atomic():
+            ran.rowcounts, _ = _send(db, [(w.sql, w.params) for w in writes], ran)
+            ran.committed = ran.error is None and ran.missed_at(writes) is None
+            set_rollback(not ran.committed)
+        return ran
+    statements: list[tuple[str, Sequence[Any]]] = [("BEGIN", ())]
+    statements += [(_expecting(w.sql) if w.expect_one else w.sql, w.params) for w in writes]
+    statements.append(("COMMIT", ()))
+    try:
+        counts, failed = _send(db, statements, ran)
+    finally:
+        if db.connection is not None and db.connection.info.transaction_status != IDLE:
+            # A statement failed: the server skipped the rest, COMMIT included.
+            db.connection.rollback()
+    ran.rowcounts = counts[1:-1]
+    ran.committed = not failed
+    if failed and ran.error is None:
+        ran.unmet = ran.rowcounts.index(-1)
+    return ran
+
+
+def _send(
+    db: Any, statements: Sequence[tuple[str, Sequence[Any]]], ran: Ran
+) -> tuple[list[int], bool]:
+    """Execute ``statements`` in order (pipelined on PostgreSQL); return their row counts and
+    whether one failed. After the pipeline's sync every statement before a failed one has its
+    count; the failed one and those after it report -1. An integrity error is kept in ``ran``;
+    an unmet expectation (``_expecting``) only fails."""
+    cursors = [db.cursor() for _ in statements]
+    failed = True
     try:
         with db.wrap_database_errors:
+            pipelined = db.vendor == "postgresql"
             pipeline = db.connection.pipeline() if pipelined else contextlib.nullcontext()
             with pipeline:
-                for cursor, write in zip(cursors, writes, strict=True):
-                    cursor.execute(write.sql, write.params)
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params)
+        failed = False
     except IntegrityError as exc:
         ran.error = exc
+    except DataError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != UNMET:
+            raise
     finally:
-        # After the pipeline's sync every statement before a failed one has its count; the
-        # failed one and those after it report -1.
-        ran.rowcounts = [c.rowcount for c in cursors]
+        counts = [c.rowcount for c in cursors]
         for cursor in cursors:
             cursor.close()
-    return ran
+    return counts, failed
+
+
+IDLE = TransactionStatus.IDLE
+
+# What an unmet ``expect_one`` raises in a transaction of its own (``_expecting``):
+# division_by_zero.
+UNMET = "22012"
+
+
+@functools.lru_cache(maxsize=256)
+def _expecting(sql: str) -> str:
+    # The statement, failing when it changed a number of rows other than one: the data-modifying
+    # CTE runs once, and 1 / 0 raises division_by_zero (not a constant: the planner cannot fold
+    # it away).
+    return f"WITH w AS ({sql} RETURNING 1) SELECT 1 / (count(*) = 1)::int FROM w"  # noqa: S608 -- our own statement
 
 
 @dataclass(frozen=True)

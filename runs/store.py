@@ -11,12 +11,13 @@ not grow with the run's length.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from memory.domain.working import WorkingItem, admit, untrusted_sources
 from policy import selectors as policy_selectors
@@ -33,6 +34,7 @@ from policy.selectors import (
     grants_from_rows,
     grants_read,
 )
+from policy.sqlbatch import Write
 from runs import models as m
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
@@ -47,7 +49,7 @@ from runs.rows import (
     working_items,
     working_read,
 )
-from runs.writers import AFTER, BATCHED, At, run_write
+from runs.writers import AFTER, BATCHED, RUN_MOVED, At, run_write, writes_after
 
 
 def _constraint(exc: IntegrityError) -> str:
@@ -215,20 +217,24 @@ class OrmRunStore:
         first_seq = state.trace_seq + 1
         last_seq = state.trace_seq + len(commit.events)
         state = state.model_copy(update={"trace_seq": last_seq})
+        ring = None
+        if commit.events and self.on_commit_events is not None:
+            # The realtime doorbell: rung only once the commit is durable (never a phantom).
+            queues = writes_after(commit) or commit.expire_pending_confirmations
+            ring = functools.partial(self.on_commit_events, run_id, last_seq, queues_changed=queues)
         try:
-            with transaction.atomic():
-                self._apply(commit, state, first_seq, decided_by)
-                if commit.events and self.on_commit_events is not None:
-                    # Announced only once the outermost transaction commits (never a phantom).
-                    ring = self.on_commit_events
-                    queues = bool(
-                        commit.confirmation_request
-                        or commit.confirmation_decision
-                        or commit.confirmation_approval
-                        or commit.handoff_reason
-                        or commit.expire_pending_confirmations
-                    )
-                    transaction.on_commit(lambda: ring(run_id, last_seq, queues_changed=queues))
+            if writes_after(commit) or connection.in_atomic_block:
+                with transaction.atomic():
+                    self._apply(commit, state, first_seq, decided_by)
+                    if ring is not None:
+                        transaction.on_commit(ring)
+            else:
+                # Nothing to write after the batch, and no caller's transaction to join: the
+                # batch is the transaction, BEGIN to COMMIT in one round trip.
+                _, writes = self._writes(commit, state, first_seq, decided_by)
+                _check(sqlbatch.transaction(writes), writes, run_id)
+                if ring is not None:
+                    ring()
         except _Missed:
             # Rolled back whole; told apart outside the failed transaction.
             raise self._why_missed(run_id) from None
@@ -243,26 +249,28 @@ class OrmRunStore:
             ) from exc
         return state
 
-    def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
+    def _writes(
+        self, commit: Commit, state: RunState, first_seq: int, decided_by: Any
+    ) -> tuple[At, list[Write]]:
         # The run's compare-and-set first (a second writer of this run waits for its row lock,
-        # then matches no row), the batched parts with it in one round trip, then each part
-        # that needs the database's answer (``runs.writers``).
+        # then matches no row), then the batched parts (``runs.writers``).
         working: Sequence[WorkingItem] = ()
         if commit.working_items:
             kept = self._inputs(state.run_id, commit.expected_version)
+            # Read before the compare-and-set: a commit landing after this read moves the
+            # version, and the compare-and-set then matches no row.
             working = kept.working if kept is not None else working_items(state.run_id)
         at = At(state.run_id, state, first_seq, decided_by, working)
         writes = [run_write(commit, state, self.lease_owner)]
         for part in BATCHED:
             writes.extend(part(commit, at))
-        ran = sqlbatch.run(writes)
-        if ran.rowcounts[0] == 0:
-            raise _Missed
-        if ran.error is not None:
-            raise ran.error
-        missed = ran.missed(writes)
-        if missed is not None:
-            raise VersionConflict(missed, run_id=state.run_id)
+        return at, writes
+
+    def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
+        # In the caller's transaction: the batch in one round trip, its row counts checked, then
+        # each part that needs the database's answer.
+        at, writes = self._writes(commit, state, first_seq, decided_by)
+        _check(sqlbatch.run(writes), writes, state.run_id)
         for write in AFTER:
             write(commit, at)
 
@@ -313,6 +321,18 @@ class OrmRunStore:
             return None
         values = dict(zip(COMMAND_COLUMNS, found[0], strict=True))
         return command_from_values(values), values["attempt"]
+
+
+def _check(ran: sqlbatch.Ran, writes: Sequence[Write], run_id: str) -> None:
+    """Raise what a batch's outcome means: its compare-and-set matched no row (``_Missed``),
+    a key it wrote was taken, or another of its expectations was not met."""
+    missed = ran.missed_at(writes)
+    if missed == 0:
+        raise _Missed
+    if ran.error is not None:
+        raise ran.error
+    if missed is not None:
+        raise VersionConflict(writes[missed].expect_one or RUN_MOVED, run_id=run_id)
 
 
 # The ledger columns a command is restored from.

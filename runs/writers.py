@@ -52,7 +52,12 @@ def run_write(commit: Commit, state: RunState, lease_owner: str | None) -> Write
     where: dict[str, Any] = {"id": state.run_id, "version": commit.expected_version}
     if lease_owner is not None:
         where["lease_owner"] = lease_owner
-    return sqlbatch.update(m.Run, {**state_fields(state), "updated_at": timezone.now()}, where)
+    values = {**state_fields(state), "updated_at": timezone.now()}
+    return sqlbatch.update(m.Run, values, where, expect_one=RUN_MOVED)
+
+
+# The run's compare-and-set matched no row (``OrmRunStore`` tells a lost lease from a conflict).
+RUN_MOVED = "run changed since it was read"
 
 
 def _events(commit: Commit, at: At) -> list[Write]:
@@ -300,3 +305,14 @@ AFTER: tuple[Callable[[Commit, At], None], ...] = (
     _write_confirmation_approval,
     _write_handoff,
 )
+
+
+def writes_after(commit: Commit) -> bool:
+    """Whether any of ``AFTER`` has something to write for ``commit`` (then the batch cannot
+    carry the commit: these writes come after it, in the same transaction)."""
+    return (
+        commit.confirmation_request is not None
+        or commit.confirmation_decision is not None
+        or commit.confirmation_approval is not None
+        or commit.handoff_reason is not None
+    )

@@ -111,10 +111,11 @@ class Commit:
 
 
 class Builder:
-    """Builds one ``Commit``: a deep copy of the state, changed in place, plus what to write."""
+    """Builds one ``Commit``: a copy of the state (``RunState.fork``), changed in place, plus what
+    to write."""
 
     def __init__(self, state: RunState, lookups: Lookups | None) -> None:
-        self.commit = Commit(expected_version=state.version, state=state.model_copy(deep=True))
+        self.commit = Commit(expected_version=state.version, state=state.fork())
         self.lookups = lookups
         self._hashes: set[str] = set()
 

@@ -3,6 +3,7 @@ may do next. Everything else (trace, observations, working memory) is derived or
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -43,6 +44,20 @@ class RunState(BaseModel):
     # The effective tool policy recorded when the run was created (policy.domain.tool_policy);
     # written once, never by a step ({} = each tool's contract mode, as before issue 12).
     tool_policy: dict[str, Any] = {}
+
+    def fork(self) -> RunState:
+        """A copy to change in place without touching this one: each container is new. Cheaper
+        than ``model_copy(deep=True)`` (a generic deep copy: 7% of a step's profile, twice per
+        step): the loop guard's entries are flat dicts of numbers, the citations a list of
+        strings; the proposal and the policy, free-form JSON, are copied deep."""
+        return self.model_copy(
+            update={
+                "citations": list(self.citations),
+                "loop_guard": {k: dict(v) for k, v in self.loop_guard.items()},
+                "pending_proposal": copy.deepcopy(self.pending_proposal),
+                "tool_policy": copy.deepcopy(self.tool_policy),
+            }
+        )
 
     def public(self) -> dict[str, Any]:
         """The seed's RunState fields, snake_case, as scenario output and the API show them."""

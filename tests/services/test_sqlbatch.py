@@ -16,6 +16,7 @@ from agentconsole import wiring
 from policy import sqlbatch
 from runs import models as m
 from runs.domain import lifecycle
+from runs.domain.errors import VersionConflict
 from tests.services.services_kit import create_run, search
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,3 +105,83 @@ def test_inputs_read_with_the_run_answer_for_that_version_only() -> None:
     with CaptureQueriesContext(connection) as unversioned:
         store.grants(run_id)
     assert len(unversioned.captured_queries) == 1
+
+
+def test_a_transaction_of_its_own_commits_its_writes_together() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    version = m.Run.objects.get(pk=run_id).version
+    cas = sqlbatch.update(
+        m.Run, {"step": 3}, {"id": run_id, "version": version}, expect_one="moved"
+    )
+    ran = sqlbatch.transaction([cas, sqlbatch.insert([_event(run_id, 903, {"a": 1})])])
+    assert (ran.committed, ran.error, ran.missed_at([cas])) == (True, None, None)
+    assert m.Run.objects.get(pk=run_id).step == 3
+    assert m.TraceEvent.objects.get(run_id=run_id, sequence=903).details == {"a": 1}
+    assert not connection.in_atomic_block
+
+
+@pytest.mark.parametrize("at", [0, 2])
+def test_an_unmet_expectation_rolls_a_transaction_back_whole_and_is_named(at: int) -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    version = m.Run.objects.get(pk=run_id).version
+    hit = sqlbatch.update(m.Run, {"step": 4}, {"id": run_id, "version": version}, expect_one="a")
+    miss = sqlbatch.update(m.Run, {"step": 5}, {"id": run_id, "version": 999}, expect_one="b")
+    event = sqlbatch.insert([_event(run_id, 904, {})])
+    writes = [miss, event, hit] if at == 0 else [hit, event, miss]
+    ran = sqlbatch.transaction(writes)
+    assert not ran.committed
+    assert ran.missed_at(writes) == at
+    assert ran.missed(writes) == "b"
+    # Nothing stays, the writes before the unmet one included, and the connection is usable.
+    assert m.Run.objects.get(pk=run_id).step == 0
+    assert not m.TraceEvent.objects.filter(run_id=run_id, sequence=904).exists()
+    if connection.vendor == "postgresql":
+        assert ran.unmet == at  # checked by the database, before COMMIT
+        assert connection.connection.info.transaction_status == sqlbatch.IDLE
+
+
+def test_a_taken_key_rolls_a_transaction_back_whole_and_is_returned() -> None:
+    run_id = create_run([search("p1", "x")]).run_id
+    with transaction.atomic():
+        sqlbatch.run([sqlbatch.insert([_event(run_id, 905, {})])])
+    version = m.Run.objects.get(pk=run_id).version
+    cas = sqlbatch.update(m.Run, {"step": 6}, {"id": run_id, "version": version}, expect_one="x")
+    writes = [cas, sqlbatch.insert([_event(run_id, 905, {"again": True})])]
+    ran = sqlbatch.transaction(writes)
+    assert isinstance(ran.error, IntegrityError)
+    assert not ran.committed
+    assert m.Run.objects.get(pk=run_id).step == 0
+    assert m.TraceEvent.objects.get(run_id=run_id, sequence=905).details == {}
+
+
+def test_a_transaction_of_its_own_refuses_to_run_inside_the_callers() -> None:
+    with transaction.atomic(), pytest.raises(RuntimeError, match="of its own"):
+        sqlbatch.transaction([sqlbatch.update(m.Run, {"step": 1}, {"id": "none"})])
+
+
+def test_a_step_commit_outside_any_transaction_is_one_round_trip_and_rings_after_it() -> None:
+    """What a worker does: no caller's transaction, nothing written after the batch. BEGIN, the
+    writes and COMMIT are sent together; the doorbell rings once, after the commit; a lost
+    compare-and-set leaves nothing and rings nothing."""
+    run_id = create_run([search("p1", "x")]).run_id
+    rings: list[tuple[str, int]] = []
+    store = wiring.store()
+    store.on_commit_events = lambda run, seq, queues_changed: rings.append((run, seq))
+    state = store.load(run_id, inputs=True)  # as a step loads it: no read before the commit
+    commit = lifecycle.start(state)
+    stale = lifecycle.start(state)
+    with CaptureQueriesContext(connection) as captured:
+        moved = store.apply(commit)
+    sql = [q["sql"] for q in captured.captured_queries]
+    if connection.vendor == "postgresql":
+        assert (sql[0], sql[-1]) == ("BEGIN", "COMMIT")
+        assert sql[1].startswith("WITH w AS (UPDATE")  # the compare-and-set, checked in place
+    assert rings == [(run_id, moved.trace_seq)]
+    assert m.Run.objects.get(pk=run_id).version == moved.version
+
+    events = m.TraceEvent.objects.filter(run_id=run_id).count()
+    with pytest.raises(VersionConflict):
+        store.apply(stale)
+    assert rings == [(run_id, moved.trace_seq)]
+    assert m.TraceEvent.objects.filter(run_id=run_id).count() == events
+    assert m.Run.objects.get(pk=run_id).version == moved.version
