@@ -6,25 +6,24 @@ from __future__ import annotations
 
 from runs.domain.state import RunState
 
-
-def _state() -> RunState:
-    return RunState(
-        run_id="r1",
-        subject="alice",
-        goal="g",
-        max_steps=5,
-        max_tool_calls=5,
-        max_repeated_proposal=2,
-        deadline_ms=10,
-        pending_proposal={"tool_name": "t", "arguments": {"path": ["a", {"b": 1}]}},
-        citations=["o1"],
-        loop_guard={"fp": {"n": 1, "k": 0, "p": 1, "t": 1}},
-        tool_policy={"tools": {"t": {"mode": "confirm", "constraints": {"x": [1]}}}},
-    )
+# Every container a step may change holds something, nested where the field allows.
+FIELDS = {
+    "run_id": "r1",
+    "subject": "alice",
+    "goal": "g",
+    "max_steps": 5,
+    "max_tool_calls": 5,
+    "max_repeated_proposal": 2,
+    "deadline_ms": 10,
+    "pending_proposal": {"tool_name": "t", "arguments": {"path": ["a", {"b": 1}]}},
+    "citations": ["o1"],
+    "loop_guard": {"fp": {"n": 1, "k": 0, "p": 1, "t": 1}},
+    "tool_policy": {"tools": {"t": {"mode": "confirm", "constraints": {"x": [1]}}}},
+}
 
 
 def test_a_fork_equals_its_state_and_changing_it_in_place_leaves_the_state_alone() -> None:
-    state = _state()
+    state = RunState.model_validate(FIELDS)
     before = state.model_dump()
     fork = state.fork()
     assert fork == state
