@@ -226,9 +226,12 @@ def transaction(writes: Sequence[Write]) -> Ran:
     try:
         counts, failed = _send(db, statements, ran)
     finally:
-        if db.connection is not None and db.connection.info.transaction_status != IDLE:
-            # A statement failed: the server skipped the rest, COMMIT included.
-            db.connection.rollback()
+        raw = db.connection
+        if raw is not None and raw.info.transaction_status in OPEN:
+            # A statement failed: the server skipped the rest, COMMIT included. (A connection
+            # that broke is left as it is: its error is the one to see.)
+            with db.wrap_database_errors:
+                raw.rollback()
     ran.rowcounts = counts[1:-1]
     ran.committed = not failed
     if failed and ran.error is None:
@@ -266,6 +269,7 @@ def _send(
 
 
 IDLE = TransactionStatus.IDLE
+OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 # What an unmet ``expect_one`` raises in a transaction of its own (``_expecting``):
 # division_by_zero.
