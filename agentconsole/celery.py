@@ -29,3 +29,10 @@ def _worker_shutdown(sender: object = None, **kwargs: object) -> None:
     from agentconsole import worker_lifecycle  # import here: models load after Django setup
 
     worker_lifecycle.on_worker_shutdown(sender=sender)
+
+
+@signals.worker_process_init.connect
+def _worker_process_init(**kwargs: object) -> None:
+    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+
+    worker_lifecycle.keep_pool_between_tasks(app)

@@ -9,6 +9,9 @@ Celery ends without that signal; in the main process, after the pool processes e
 heartbeat and remove it, then release the leases of this host's dead processes: a task stopped
 at the end of the shutdown bound leaves its run to the next worker at once (its message went back
 to the broker: acks_late), not only after the lease expires.
+
+Each task (in a prefork child, ``worker_process_init``): connections go back to the process's
+pool at the task's start and end, instead of the pool being closed (``keep_pool_between_tasks``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import logging
 import os
 from typing import Any
 
+from celery import signals
+from celery.fixups.django import DjangoFixup
 from django.conf import settings
-from django.db import connections
+from django.core.cache import close_caches
+from django.db import close_old_connections, connections
 
 from agentconsole import heartbeat
 from runs.leases import release_dead_local
@@ -66,3 +72,28 @@ def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
         _beating.stop()
         _beating = None
     _release()
+
+
+def keep_pool_between_tasks(app: Any) -> None:
+    """In a prefork child (``worker_process_init``): hand connections back to the pool at a
+    task's start and end, as Django does around a request, instead of closing the pool.
+
+    Celery's Django fixup (5.7) closes the process's whole connection pool before and after every
+    task in a prefork child (celery issue 10554): each task, a resumed approval's included,
+    then opened a new PostgreSQL connection and started a new pool. The fixup keeps closing the
+    pool a child inherits at fork (its ``worker_process_init``); only its per-task handlers are
+    replaced here. ``close_old_connections`` returns a pooled connection to the pool, and closes
+    one that broke or (without a pool) has outlived ``CONN_MAX_AGE``."""
+    for fixup in app._fixups or ():
+        if isinstance(fixup, DjangoFixup):
+            signals.task_prerun.disconnect(fixup.worker_fixup.on_task_prerun)
+            signals.task_postrun.disconnect(fixup.worker_fixup.on_task_postrun)
+    signals.task_prerun.connect(_connections_back, weak=False)
+    signals.task_postrun.connect(_connections_back, weak=False)
+
+
+def _connections_back(sender: Any = None, **_: Any) -> None:
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return  # an eager task runs inside its caller's connection and transaction
+    close_old_connections()
+    close_caches()

@@ -192,3 +192,40 @@ def test_a_run_waiting_for_confirmation_resumes_on_the_worker(celery_worker: Wor
     names = [name for _, name, _ in trace(run_id)]
     assert names.count(ev.CONFIRMATION_DECIDED) == 1
     assert names.count(ev.TOOL_STARTED) == 1
+
+
+def _sessions() -> int:
+    """Sessions ever opened on the test database (PostgreSQL's cumulative statistics)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+def test_the_worker_keeps_its_database_connections_between_tasks(
+    celery_worker: Worker, corpus: None
+) -> None:
+    """Celery's Django fixup closed a prefork child's whole connection pool before and after
+    every task, so each task connected to PostgreSQL anew (a resumed approval waited for it).
+    The child now hands its connections back to the pool instead: once warm, running more
+    runs opens no new session (a few at most, should the pool grow), not one or more each."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the connection pool is PostgreSQL's (SQLite opens a file per task)")
+    scenario = seed_walkthrough()
+    warm = [create(scenario).run_id for _ in range(4)]
+    wait_until(celery_worker, warm)
+    before = _sessions()
+    run_ids = []
+    for _ in range(8):  # one at a time: each is one task (or more) on the worker
+        run_ids.append(create(scenario).run_id)
+        wait_until(celery_worker, run_ids[-1:])
+    statuses = wait_until(celery_worker, run_ids)
+    assert set(statuses.values()) == {Status.COMPLETED.value}, statuses
+    # A backend counts its session when it reports statistics, at its exit at the latest: a
+    # connection closed after each task would have reported for all runs but the last few.
+    opened = _sessions() - before
+    assert opened <= 3, f"{opened} new sessions for 8 runs\n{celery_worker.log()}"
