@@ -4,11 +4,10 @@ growth over a 1,000-step run, and queries per step."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from typing import Any
 
-from bench.harness import Context, percentile, ratios, relative, summary
+from bench.harness import Context, percentile, ratios, relative, step_times, summary
 
 REPS = 5
 SLICE = 20  # steps per advance, as settings.AGENTCONSOLE_WORKER_SLICE_STEPS
@@ -219,9 +218,7 @@ def _steps(runner, run_id: str, n: int) -> list[float]:
     _MARKS.clear()
     begin = time.perf_counter()
     runner.advance(run_id, slice_steps=n)
-    end = time.perf_counter()
-    edges = [begin, *_MARKS[:-1], end] if _MARKS else [begin, end]
-    return [b - a for a, b in itertools.pairwise(edges)]
+    return step_times(begin, _MARKS, time.perf_counter())
 
 
 def _queries_in_one_step(runner, run_id: str) -> int:

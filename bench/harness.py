@@ -7,6 +7,7 @@ string saying how it was measured (sizes, repetitions, what the clock spans).
 
 from __future__ import annotations
 
+import itertools
 import os
 import statistics
 import time
@@ -38,6 +39,13 @@ def relative(values: Sequence[float], reference: Sequence[float]) -> dict[str, f
     and resume (a cold step against a fresh run's) are both this."""
     base = percentile(reference, 50)
     return {"value": percentile(values, 50) / base, **ratios(values, base)}
+
+
+def step_times(begin: float, marks: Sequence[float], end: float) -> list[float]:
+    """Each step's wall time from the clock marks taken as each tool call started: from one call
+    to the next, the first from ``begin``, the last to ``end`` (ours and LangGraph's alike)."""
+    edges = [begin, *marks[:-1], end] if marks else [begin, end]
+    return [b - a for a, b in itertools.pairwise(edges)]
 
 
 def percentile(values: Iterable[float], p: float) -> float:

@@ -18,18 +18,18 @@ a machine that gets busier halfway hurts both. LangGraph is optional (the ``benc
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import ROOT, Context, percentile, ratios, relative, summary
+from bench.core import SLICE
+from bench.harness import ROOT, Context, percentile, ratios, relative, step_times, summary
 
 RATE_STEPS = 200
 GROWTH_STEPS = 1000
 REPS = 3
-CHUNK = 20  # growth steps per turn, ours then theirs: a worker's slice (bench.core.SLICE)
+CHUNK = SLICE  # growth steps per turn, ours then theirs: a worker's slice
 
 
 def _langgraph() -> Any:
@@ -96,10 +96,7 @@ class _LangGraphLoop:
         config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * steps + 10}
         begin = time.perf_counter()
         self.graph.invoke({"limit": start_at + steps}, config, durability="sync")
-        end = time.perf_counter()
-        # Step k spans tool entry k-1 → tool entry k; the first from invoke, the last to return.
-        edges = [begin, *self.marks[:-1], end] if self.marks else [begin, end]
-        return [b - a for a, b in itertools.pairwise(edges)]
+        return step_times(begin, self.marks, time.perf_counter())
 
 
 def _ours(steps: int) -> tuple[str, Any]:

@@ -217,13 +217,14 @@ class OrmRunStore:
         first_seq = state.trace_seq + 1
         last_seq = state.trace_seq + len(commit.events)
         state = state.model_copy(update={"trace_seq": last_seq})
+        after = writes_after(commit)
         ring = None
         if commit.events and self.on_commit_events is not None:
             # The realtime doorbell: rung only once the commit is durable (never a phantom).
-            queues = writes_after(commit) or commit.expire_pending_confirmations
+            queues = after or commit.expire_pending_confirmations
             ring = functools.partial(self.on_commit_events, run_id, last_seq, queues_changed=queues)
         try:
-            if writes_after(commit) or connection.in_atomic_block:
+            if after or connection.in_atomic_block:
                 with transaction.atomic():
                     self._apply(commit, state, first_seq, decided_by)
                     if ring is not None:
