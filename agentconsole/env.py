@@ -80,7 +80,15 @@ def model_endpoints() -> dict[str, dict[str, Any]]:
     if not isinstance(configured, dict):
         raise RuntimeError("AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object")
     out: dict[str, dict[str, Any]] = {}
-    allowed = {"base_url", "model", "timeout_s", "max_attempts", "max_output_tokens", "api_key_env"}
+    allowed = {
+        "base_url",
+        "model",
+        "timeout_s",
+        "max_attempts",
+        "max_output_tokens",
+        "max_in_flight",
+        "api_key_env",
+    }
     for name, spec in configured.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("base_url"), str):
             raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS[{name!r}] needs a base_url")
@@ -99,6 +107,7 @@ def model_endpoints() -> dict[str, dict[str, Any]]:
             "api_key": os.environ.get("AGENTCONSOLE_MODEL_API_KEY", ""),
             "model": os.environ.get("AGENTCONSOLE_MODEL_NAME", ""),
             "timeout_s": float(os.environ.get("AGENTCONSOLE_MODEL_TIMEOUT_S", "60")),
+            "max_in_flight": int(os.environ.get("AGENTCONSOLE_MODEL_MAX_IN_FLIGHT", "64")),
         }
     return out
 

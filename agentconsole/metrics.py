@@ -25,7 +25,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import redis
@@ -51,6 +51,7 @@ from policy.models import Confirmation
 from policy.roles import is_operator
 from runs import consumers
 from runs import models as m
+from runs.calls import records as calls_records
 from runs.domain.handoff import HandoffStatus
 from runs.domain.state import RunState
 from runs.leases import lease_taken_over
@@ -99,6 +100,26 @@ def observe_step_latency(seconds: float) -> None:
             pipe.execute()
     except redis.RedisError as exc:  # a lost sample, never a failed step
         log.debug("step latency not recorded: %s", exc.__class__.__name__)
+
+
+# Seconds; one attempt of one model call (a completion of a few hundred tokens takes 1-10 s).
+MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def observe_model_latency(samples: Sequence[tuple[str, float]]) -> None:
+    """The gateway's attempts, (endpoint, seconds) each, added in one round trip."""
+    client = shared()
+    if client is None or not samples:
+        return
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for endpoint, seconds in samples:
+                bucket = next((str(b) for b in MODEL_BUCKETS if seconds <= b), _INF)
+                pipe.hincrby(REDIS_KEY, f"model_bucket:{endpoint}:{bucket}", 1)
+                pipe.hincrbyfloat(REDIS_KEY, f"model_sum:{endpoint}", seconds)
+            pipe.execute()
+    except redis.RedisError as exc:  # lost samples, never a failed call
+        log.debug("model latency not recorded: %s", exc.__class__.__name__)
 
 
 def on_lease_taken_over(sender: Any = None, run_ids: list[str] | None = None, **_: Any) -> None:
@@ -163,6 +184,7 @@ class StateCollector(Collector):
         yield from self._handoffs()
         yield from self._tools()
         yield from self._queue()
+        yield from self._model_calls()
         yield from self._shared()
         clients = GaugeMetricFamily(
             "agentconsole_websocket_clients",
@@ -235,6 +257,22 @@ class StateCollector(Collector):
             "agentconsole_queue_depth", "Messages waiting in the run queue.", value=depth
         )
 
+    def _model_calls(self) -> Iterator[Metric]:
+        counts = calls_records.counts_by_endpoint()
+        names = sorted(
+            {endpoint for endpoint, _ in counts} | set(settings.AGENTCONSOLE_MODEL_ENDPOINTS)
+        )
+        for status, name, text in (
+            ("sending", "in_flight", "Model calls being sent now, by endpoint."),
+            ("queued", "queued", "Model calls waiting for a slot or a retry, by endpoint."),
+        ):
+            family = GaugeMetricFamily(
+                f"agentconsole_model_calls_{name}", text, labels=["endpoint"]
+            )
+            for endpoint in names:
+                family.add_metric([endpoint], counts.get((endpoint, status), 0))
+            yield family
+
     def _shared(self) -> Iterator[Metric]:
         values: dict[bytes, bytes] = {}
         client = shared()
@@ -260,6 +298,24 @@ class StateCollector(Collector):
             buckets=buckets,
             sum_value=float(fields.get("step_sum", 0.0)),
         )
+        yield _model_histogram(fields)
+
+
+def _model_histogram(fields: dict[str, str]) -> Metric:
+    family = HistogramMetricFamily(
+        "agentconsole_model_call_latency_seconds",
+        "Wall time of one attempt of a model call in the gateway, by endpoint.",
+        labels=["endpoint"],
+    )
+    endpoints = sorted(k.split(":", 1)[1] for k in fields if k.startswith("model_sum:"))
+    for endpoint in endpoints:
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound in [*map(str, MODEL_BUCKETS), _INF]:
+            cumulative += int(fields.get(f"model_bucket:{endpoint}:{bound}", 0))
+            buckets.append((bound, cumulative))
+        family.add_metric([endpoint], buckets, float(fields.get(f"model_sum:{endpoint}", 0.0)))
+    return family
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

@@ -17,6 +17,7 @@ import importlib
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -25,7 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from agentconsole import telemetry
-from agentconsole.metrics import StepTimingStore
+from agentconsole.metrics import StepTimingStore, observe_model_latency
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
@@ -37,6 +38,8 @@ from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_
 from policy.mcp import selectors as mcp_selectors
 from policy.mcp.client import call_tool, list_tools
 from runs import tasks
+from runs.calls import doorbell as calls_doorbell
+from runs.calls.gateway import Gateway
 from runs.context import RunsContext
 from runs.domain import model_planning
 from runs.domain.clock import SYSTEM_CLOCK, Clock
@@ -46,7 +49,7 @@ from runs.doorbell import ring_after_commit
 from runs.executor import ThreadExecutor
 from runs.faults import FaultingExecutor
 from runs.isolation import run_isolated
-from runs.leases import watch_tool
+from runs.leases import new_owner, watch_tool
 from runs.limits import step_quota
 from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner
 from runs.store import OrmRunStore
@@ -215,7 +218,11 @@ def planner_for(
 
 def store(lease_owner: str | None = None) -> OrmRunStore:
     # The ORM store, timing each planner step it commits for the metrics (agentconsole/metrics.py).
-    return StepTimingStore(on_commit_events=ring_after_commit, lease_owner=lease_owner)
+    return StepTimingStore(
+        on_commit_events=ring_after_commit,
+        lease_owner=lease_owner,
+        on_call_requested=calls_doorbell.ring,
+    )
 
 
 def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> ThreadExecutor:
@@ -238,8 +245,14 @@ def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> 
     return FaultingExecutor(**common, isolated_call=functools.partial(run_isolated, faults=True))
 
 
-def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runner:
+def runner(
+    lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK, defer_calls: bool | None = None
+) -> Runner:
+    """The runner a worker advances runs with. ``defer_calls`` (default: the setting
+    ``AGENTCONSOLE_MODEL_CALLS`` is "gateway") splits a model planner's step at its call."""
     tools = registry()  # one registry (one catalog read) for the runner and its executor
+    if defer_calls is None:
+        defer_calls = settings.AGENTCONSOLE_MODEL_CALLS == "gateway"
     return Runner(
         store=store(lease_owner),
         watch=lambda run_id, cancel: watch_tool(run_id, cancel, owner=lease_owner, clock=clock),
@@ -250,6 +263,22 @@ def runner(lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK) -> Runne
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
         quota=step_quota(),
         telemetry=telemetry.from_settings(),
+        defer_calls=defer_calls,
+    )
+
+
+def gateway(clock: Clock = SYSTEM_CLOCK) -> Gateway:
+    """The gateway process's loop (``manage.py gateway``): every configured endpoint, the
+    workers' queue for the runs it answers, the model latency histogram."""
+    return Gateway(
+        endpoints=model_endpoints(),
+        owner=new_owner(),
+        send_advance=lambda run_id: tasks.enqueue_advance(run_id),
+        lease=timedelta(seconds=settings.AGENTCONSOLE_GATEWAY_LEASE_S),
+        poll_s=settings.AGENTCONSOLE_GATEWAY_POLL_S,
+        clock=clock,
+        observe=observe_model_latency,
+        doorbell=calls_doorbell.listen,
     )
 
 

@@ -390,3 +390,8 @@ class RunProfile(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# The records of calls runs wait on live beside the code that writes them (runs.calls); they are
+# this app's models, imported here so that Django finds them.
+from runs.calls.models import CallAttempt, ModelCall  # noqa: E402, F401

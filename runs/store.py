@@ -36,6 +36,8 @@ from policy.selectors import (
 )
 from policy.sqlbatch import Write
 from runs import models as m
+from runs.calls.models import ModelCall
+from runs.domain.calls import CallRecord, CallStatus, call_id
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -115,9 +117,16 @@ class OrmLookups:
 
 
 class OrmRunStore:
-    def __init__(self, on_commit_events: Any = None, lease_owner: str | None = None) -> None:
+    def __init__(
+        self,
+        on_commit_events: Any = None,
+        lease_owner: str | None = None,
+        on_call_requested: Any = None,
+    ) -> None:
         # Called after commit with (run_id, last_sequence): the realtime doorbell.
         self.on_commit_events = on_commit_events
+        # Called after a commit that recorded a model request: the gateway's doorbell.
+        self.on_call_requested = on_call_requested
         # When set, every write also requires that this worker still holds the run's lease.
         self.lease_owner = lease_owner
 
@@ -223,6 +232,8 @@ class OrmRunStore:
             # The realtime doorbell: rung only once the commit is durable (never a phantom).
             queues = after or commit.expire_pending_confirmations
             ring = functools.partial(self.on_commit_events, run_id, last_seq, queues_changed=queues)
+        if commit.model_request is not None and self.on_call_requested is not None:
+            ring = _both(ring, self.on_call_requested)
         try:
             if after or connection.in_atomic_block:
                 with transaction.atomic():
@@ -314,6 +325,22 @@ class OrmRunStore:
             raise m.Run.DoesNotExist(f"no run {run_id}")
         return found[0][0]
 
+    def model_call(self, run_id: str, step: int) -> CallRecord | None:
+        """The model call recorded for the run's ``step``, if any (one indexed row)."""
+        found = _rows(ModelCall, CALL_COLUMNS, {"id": call_id(run_id, step)})
+        if not found:
+            return None
+        v = dict(zip(CALL_COLUMNS, found[0], strict=True))
+        return CallRecord(
+            call_id=v["id"],
+            status=CallStatus(v["status"]),
+            hints=v["hints"] or {},
+            summary=v["summary"] or {},
+            reply=v["reply"],
+            failure=v["failure"],
+            attempts=v["attempts"],
+        )
+
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
         where = {"run": run_id, "status": LedgerStatus.STARTED.value}
@@ -322,6 +349,18 @@ class OrmRunStore:
             return None
         values = dict(zip(COMMAND_COLUMNS, found[0], strict=True))
         return command_from_values(values), values["attempt"]
+
+
+def _both(first: Any, then: Any) -> Any:
+    def ring() -> None:
+        if first is not None:
+            first()
+        then()
+
+    return ring
+
+
+CALL_COLUMNS = ("id", "status", "hints", "summary", "reply", "failure", "attempts")
 
 
 def _check(ran: sqlbatch.Ran, writes: Sequence[Write], run_id: str) -> None:

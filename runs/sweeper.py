@@ -2,8 +2,9 @@
 
 1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
    waiting), and their pending confirmation → expired.
-2. Active runs (created, running, cancelling) with no live lease that are stale, overdue,
-   hold a ``started`` ledger row (a worker died mid-tool), or whose worker's own lease lapsed
+2. Active runs (created, running, cancelling) with no live lease that are stale (and not
+   waiting on an open model call), overdue, hold a ``started`` ledger row (a worker died
+   mid-tool), hold a model call answered but never taken, or whose worker's own lease lapsed
    → marked as re-sent (for as long as the run has waited, at least ``STALE_AFTER``:
    ``lease_reserve_for_resend``) and enqueued again; a run whose worker's lease lapsed goes to
    the sweep's control queue, ahead of the backlog (``recovery_queue``). The worker that
@@ -25,12 +26,16 @@ from runs import models as m
 from runs import services
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
+from runs.domain.calls import OPEN, SETTLED
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import Status
 from runs.leases import HELD_BY_WORKER, lease_reserve_for_resend
 
 STALE_AFTER = timedelta(seconds=30)
+# How long an answered model call may wait for the gateway's message before the sweeper sends
+# its run on (a message behind a backlog is slower; a duplicate is harmless: the lease).
+ANSWER_GRACE = timedelta(seconds=5)
 BATCH = 500
 
 
@@ -71,15 +76,21 @@ def sweep(
             continue  # decided or cancelled meanwhile
 
     orphan = m.LedgerEntry.objects.filter(run_id=OuterRef("pk"), status=LedgerStatus.STARTED)
+    calls = m.ModelCall.objects.filter(run_id=OuterRef("pk"))
     stranded = (
         m.Run.objects.filter(
             status__in=[Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value]
         )
         .filter(Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now))
         .filter(
-            Q(updated_at__lt=now - STALE_AFTER)
+            # A run waiting on its model is not stale: the gateway owes it the reply, and
+            # re-sending it would only wake a worker to find nothing to do.
+            (Q(updated_at__lt=now - STALE_AFTER) & ~Exists(calls.filter(status__in=OPEN)))
             | Q(deadline_ms__lte=now_ms)
             | Exists(orphan)
+            # Its model call was answered a while ago and no step took the reply: the
+            # gateway's message was lost, or the worker died before its commit.
+            | Exists(calls.filter(status__in=SETTLED, answered_at__lt=now - ANSWER_GRACE))
             # A worker's own lease lapsed: it died or hangs (the lease TTL is the bound on
             # noticing), so its run is sent on now. Staleness only guards runs whose message
             # may merely be slow behind a backlog.

@@ -25,6 +25,8 @@ from policy import services as policy_services
 from policy import sqlbatch
 from policy.sqlbatch import Write
 from runs import models as m
+from runs.calls.models import ModelCall
+from runs.domain.calls import OPEN, SETTLED, CallStatus
 from runs.domain.commits import Commit
 from runs.domain.errors import VersionConflict
 from runs.domain.handoff import build_handoff_bundle
@@ -175,6 +177,54 @@ def _ledger_attempt(commit: Commit, at: At) -> list[Write]:
     ]
 
 
+def _model_request(commit: Commit, at: At) -> list[Write]:
+    if commit.model_request is None:
+        return []
+    call_id, r = commit.model_request
+    row = ModelCall(
+        id=call_id,
+        run_id=at.run_id,
+        step=at.state.step + 1,
+        subject=at.state.subject,
+        endpoint=r.endpoint,
+        model=r.model[:128],
+        request=r.body,
+        request_hash=r.request_hash,
+        hints=r.hints,
+        summary=r.summary,
+        deadline_ms=r.deadline_ms,
+        not_before=timezone.now(),
+    )
+    return [sqlbatch.insert([row])]
+
+
+def _model_consume(commit: Commit, at: At) -> list[Write]:
+    # The step that took the reply commits with it: a worker that dies before this commit
+    # finds the reply still there, and never asks the model again.
+    if commit.consume_call is None:
+        return []
+    return [
+        sqlbatch.update(
+            ModelCall,
+            {"status": CallStatus.CONSUMED.value},
+            {"id": commit.consume_call, "status": [s.value for s in SETTLED]},
+            expect_one="model call already consumed",
+        )
+    ]
+
+
+def _calls_abandon(commit: Commit, at: At) -> list[Write]:
+    if not commit.abandon_calls:
+        return []
+    return [
+        sqlbatch.update(
+            ModelCall,
+            {"status": CallStatus.ABANDONED.value, "lease_owner": None, "lease_expires_at": None},
+            {"run": at.run_id, "status": [s.value for s in OPEN]},
+        )
+    ]
+
+
 def _confirmation_consume(commit: Commit, at: At) -> list[Write]:
     if commit.consume_confirmation is None:
         return []
@@ -298,6 +348,9 @@ BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
     _confirmation_consume,
     _grant_uses,
     _expired_confirmations,
+    _model_request,
+    _model_consume,
+    _calls_abandon,
 )
 AFTER: tuple[Callable[[Commit, At], None], ...] = (
     _write_confirmation_request,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Embedded mode in one command: a Celery worker and daphne (web + websockets), stopped together.
+# Embedded mode in one command: a Celery worker, daphne (web + websockets) and the gateway (model
+# calls), stopped together.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -51,6 +52,9 @@ trap 'exit 143' TERM
 scripts/worker.sh -B -s var/celerybeat-schedule &
 pids+=($!)
 PORT="$PORT" scripts/web.sh &
+pids+=($!)
+# The gateway sends the model calls runs wait on (embedded: it polls the SQLite database).
+scripts/gateway.sh &
 pids+=($!)
 
 echo

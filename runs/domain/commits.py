@@ -26,6 +26,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
+from runs.domain.calls import ModelRequest
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, Event, Status, StopReason, transition
 from runs.domain.state import RunState
@@ -104,6 +105,14 @@ class Commit:
     expire_pending_confirmations: bool = False
     # The working-memory items the new observations become (the store admits and evicts).
     working_items: list[WorkingItem] = field(default_factory=list)
+    # A model planner's request, recorded with the run (runs.domain.calls): the call's id and
+    # what to send. The run then waits for the gateway, holding no worker.
+    model_request: tuple[str, ModelRequest] | None = None
+    # The call whose recorded reply (or failure) this step took: it is consumed with the step.
+    consume_call: str | None = None
+    # The run stops or starts cancelling in this commit: its open calls are abandoned (the
+    # gateway drops them, and a reply that comes anyway is not recorded).
+    abandon_calls: bool = False
 
     @property
     def command(self) -> ExecutableCommand | None:
@@ -132,6 +141,8 @@ class Builder:
         self.s.status = new
         if new != old:
             self.emit(ev.STATE_TRANSITIONED, proposal_id, **{"from": old.value, "to": new.value})
+            if new in TERMINAL or new is Status.CANCELLING:
+                self.commit.abandon_calls = True
 
     def stop(
         self, event: Event, reason: str, proposal_id: str | None = None, **details: Any

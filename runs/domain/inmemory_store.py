@@ -15,6 +15,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from runs.domain.calls import OPEN, SETTLED, CallRecord, CallStatus, ModelRequest, call_id
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -57,6 +58,8 @@ class InMemoryRunStore:
         self._commands: dict[str, ExecutableCommand] = {}
         self.handoffs: dict[str, list[str]] = defaultdict(list)
         self.working: dict[str, list[WorkingItem]] = defaultdict(list)
+        # Model calls by id (runs.domain.calls): what the ORM adapter keeps in ``ModelCall``.
+        self.calls: dict[str, dict[str, Any]] = {}
 
     def create(
         self,
@@ -104,6 +107,7 @@ class InMemoryRunStore:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)
             self._write_ledger(commit)
+            self._write_calls(commit)
             self._write_confirmations(commit)
             for grant_id in commit.grant_uses:
                 g = self._grants[run_id][grant_id]
@@ -141,6 +145,58 @@ class InMemoryRunStore:
             settle = commit.ledger_settle
             self.ledger[settle.idempotency_token].update(
                 status=settle.status, outcome=settle.outcome, verification=settle.verification
+            )
+
+    def _write_calls(self, commit: Commit) -> None:
+        run_id = commit.state.run_id
+        if commit.model_request is not None:
+            cid, request = commit.model_request
+            self.calls[cid] = {
+                "run_id": run_id,
+                "request": request,
+                "status": CallStatus.QUEUED,
+                "reply": None,
+                "failure": None,
+                "attempts": 0,
+            }
+        if commit.consume_call is not None:
+            self.calls[commit.consume_call]["status"] = CallStatus.CONSUMED
+        if commit.abandon_calls:
+            for call in self.calls.values():
+                if call["run_id"] == run_id and call["status"] in OPEN:
+                    call["status"] = CallStatus.ABANDONED
+
+    def answer_call(
+        self, cid: str, *, reply: Any = None, failure: dict[str, Any] | None = None
+    ) -> bool:
+        """The gateway's half, for the in-memory adapter: record a reply (or a failure) of an
+        open call; False if it is no longer open (abandoned: the answer is dropped)."""
+        with self._lock:
+            call = self.calls[cid]
+            if call["status"] not in OPEN:
+                return False
+            call.update(
+                status=CallStatus.FAILED if failure is not None else CallStatus.ANSWERED,
+                reply=reply,
+                failure=failure,
+                attempts=call["attempts"] + 1,
+            )
+            return True
+
+    def model_call(self, run_id: str, step: int) -> CallRecord | None:
+        with self._lock:
+            call = self.calls.get(call_id(run_id, step))
+            if call is None:
+                return None
+            request: ModelRequest = call["request"]
+            return CallRecord(
+                call_id=call_id(run_id, step),
+                status=call["status"],
+                hints=dict(request.hints),
+                summary=dict(request.summary),
+                reply=call["reply"],
+                failure=call["failure"],
+                attempts=call["attempts"],
             )
 
     def _write_confirmations(self, commit: Commit) -> None:
@@ -200,6 +256,12 @@ class InMemoryRunStore:
                 for c in confirmations.values()
             ):
                 raise IntegrityViolation("a confirmation is already pending", run_id=run_id)
+        if commit.model_request is not None and commit.model_request[0] in self.calls:
+            raise IntegrityViolation("a model call is already recorded", run_id=run_id)
+        if commit.consume_call is not None:
+            call = self.calls.get(commit.consume_call)
+            if call is None or call["status"] not in SETTLED:
+                raise VersionConflict("model call already consumed", run_id=run_id)
         if commit.confirmation_decision is not None:
             current = confirmations.get(commit.confirmation_decision[0])
             if current is None or current.status is not ConfirmationStatus.PENDING:

@@ -10,6 +10,7 @@ from policy.domain.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
 from runs.domain import trace as ev
+from runs.domain.calls import ModelRequest
 from runs.domain.commits import ApprovalRecord, Builder, Commit, proposal_id_of
 from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
@@ -170,6 +171,23 @@ def fail(state: RunState, reason: str, **details: Any) -> Commit:
     """Stop a running run for a reason found outside the gate (planner exhausted, crashed)."""
     b = Builder(state, None)
     b.stop(Event.FAIL, reason, None, **details)
+    return b.done()
+
+
+def model_requested(state: RunState, call_id: str, request: ModelRequest) -> Commit:
+    """A model planner's request for the next step, recorded with the run (intent before
+    effect). The run stays ``running``; nothing else changes until the reply is recorded."""
+    b = Builder(state, None)
+    b.emit(
+        ev.PLANNER_REQUESTED,
+        None,
+        step=state.step + 1,
+        endpoint=request.endpoint[:64],
+        model=request.model[:MAX_DETAIL_STRING],
+        request_hash=request.request_hash,
+        **request.summary,
+    )
+    b.commit.model_request = (call_id, request)
     return b.done()
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from policy.domain.errors import DomainError
+from runs.domain.calls import CallRecord, ModelRequest
 from runs.domain.state import RunState
 
 
@@ -61,6 +62,22 @@ class Planner(Protocol):
     source: str
 
     def next(self, state: RunState, context: PlannerContext) -> Any: ...
+
+
+@runtime_checkable
+class WaitingPlanner(Protocol):
+    """A planner whose step waits on a model, asked in two halves so the wait holds no worker
+    (runs.domain.calls): ``request`` builds what to send (pure), ``answer`` reads the recorded
+    reply (pure; raises ``PlannerError`` when the call failed for good). ``next`` still makes
+    the whole step in one call, for a runner that is not told to split (inline mode)."""
+
+    source: str
+
+    def next(self, state: RunState, context: PlannerContext) -> Any: ...
+
+    def request(self, state: RunState, context: PlannerContext) -> ModelRequest: ...
+
+    def answer(self, state: RunState, call: CallRecord) -> PlannerReply: ...
 
 
 class FixturePlanner:

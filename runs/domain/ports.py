@@ -11,6 +11,7 @@ from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from runs.domain.calls import CallRecord
 from runs.domain.commits import Commit, Lookups
 from runs.domain.state import RunState
 
@@ -51,6 +52,10 @@ class RunStore(Protocol):
 
     def working_view(self, run_id: str, step: int, version: int | None = None) -> list[WorkingItem]:
         """The run's bounded working memory as of ``step`` (expired items left out)."""
+        ...
+
+    def model_call(self, run_id: str, step: int) -> CallRecord | None:
+        """The model call recorded for the run's ``step`` (runs.domain.calls), if any."""
         ...
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:

@@ -11,9 +11,10 @@ authoritative state and decides again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
 from runs.domain import telemetry as tel
+from runs.domain.calls import OPEN, SETTLED, call_id
 from runs.domain.clock import Clock, SystemClock
 from runs.domain.commits import Commit
 from runs.domain.decide import decide
@@ -35,6 +37,7 @@ from runs.domain.planning import (
     Planner,
     PlannerContext,
     PlannerError,
+    WaitingPlanner,
     failure_details,
     unwrap,
 )
@@ -93,6 +96,29 @@ class StepQuota(Protocol):
     def give_back(self, subject: str, now_ms: int) -> None: ...
 
 
+# A run whose model call was abandoned while it still runs (never by design: a stop abandons).
+CALL_LOST = "MODEL_CALL_LOST"
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A planner's output for the next step, with what ``decide`` records about it."""
+
+    raw: Any
+    source: str
+    summary: dict[str, Any]
+    tokens: int
+    consume: str | None  # the model call whose reply this is
+
+
+def _context_summary(context: PlannerContext) -> dict[str, Any]:
+    """What the planner saw, as a summary: sizes and keys, never the content."""
+    return {
+        "context_items": len(context.observations),
+        "context_preferences": sorted(context.preferences)[:32],
+    }
+
+
 def _plans_next(state: RunState) -> bool:
     """The run's next move is a new planner step (where a slice may end)."""
     return state.status is Status.RUNNING and state.pending_proposal is None
@@ -111,6 +137,7 @@ class Runner:
         watch: Watch | None = None,
         quota: StepQuota | None = None,
         telemetry: Telemetry | None = None,
+        defer_calls: bool = False,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -121,9 +148,14 @@ class Runner:
         self.watch = watch or _no_watch
         self.quota = quota
         self.telemetry = telemetry or NOOP_TELEMETRY
+        # Split a waiting planner's step at its model call (runs.domain.calls): the gateway
+        # makes the call. False: the planner calls in this process (inline mode, the tests'
+        # in-process runs, the scenario runner).
+        self.defer_calls = defer_calls
         # (run id, step number) whose quota unit is paid: a commit that lost a race is decided
-        # again for the same step and must not pay twice.
+        # again for the same step and must not pay twice. Likewise a failed call's refund.
         self._paid: tuple[str, int] | None = None
+        self._refunded: tuple[str, int] | None = None
 
     def advance(
         self, run_id: str, *, max_iterations: int = 100_000, slice_steps: int = 0
@@ -197,6 +229,8 @@ class Runner:
                     return self._integrity_stop(state, exc)
                 if stepping:
                     tel.describe_step(self.telemetry, step_span, commit, state=state)
+                if commit.model_request is not None:
+                    return applied  # the run waits for its model; this worker lets go
                 if commit.command is not None:
                     self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
@@ -227,25 +261,20 @@ class Runner:
         source = "pending"
         summary = None
         tokens = 0
+        consume = None
         # Read once for the context (the tools these grants could allow) and the gate. Grants
         # change only in this run's own commits (grant uses): the version check covers the read.
         grants = self.store.grants(state.run_id, state.version)
         if not resuming:
-            if not self._pay_step(state, now):
-                return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
-            context = self.context(state, grants=grants)
-            # What the planner saw, as a summary: sizes and keys, never the content.
-            summary = {
-                "context_items": len(context.observations),
-                "context_preferences": sorted(context.preferences)[:32],
-            }
             try:
-                raw, tokens, details = unwrap(planner().next(state, context))
-            except PlannerError as exc:
-                self._refund_step(state, now)  # no step is spent
+                built = planner()
+            except PlannerError as exc:  # the stored configuration names no usable planner
                 return lifecycle.fail(state, exc.code, **failure_details(exc))
-            source = planner().source
-            summary.update(details)
+            planned = self._plan(state, built, grants, now)
+            if not isinstance(planned, _Planned):
+                return planned  # a commit that records a request or stops; None: waiting
+            raw, source, summary = planned.raw, planned.source, planned.summary
+            tokens, consume = planned.tokens, planned.consume
         # A final answer's validation and a proposal's gate evaluation both happen in decide();
         # the span is named by what the output says it is (a final that fails to parse is a
         # final that failed validation).
@@ -263,9 +292,74 @@ class Runner:
                 context_summary=summary,
                 tokens=tokens,
             )
+            commit.consume_call = consume
             if self.telemetry.enabled:
                 span.set(tel.decision_attributes(commit, self.registry))
         return commit
+
+    def _plan(
+        self, state: RunState, planner: Planner, grants: Sequence[CapabilityGrant], now: int
+    ) -> _Planned | Commit | None:
+        """The planner's output for the next step, or the commit that stands for it.
+
+        A planner that waits on a model (``WaitingPlanner``), in a runner told to split
+        (``defer_calls``), is asked in two halves (``_plan_waiting``); any other answers here.
+        """
+        if self.defer_calls and isinstance(planner, WaitingPlanner):
+            return self._plan_waiting(state, planner, grants, now)
+        if not self._pay_step(state, now):
+            return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
+        context = self.context(state, grants=grants)
+        summary = _context_summary(context)
+        try:
+            raw, tokens, details = unwrap(planner.next(state, context))
+        except PlannerError as exc:
+            self._refund_step(state, now)  # no step is spent
+            return lifecycle.fail(state, exc.code, **failure_details(exc))
+        return _Planned(raw, planner.source, {**summary, **details}, tokens, None)
+
+    def _plan_waiting(
+        self, state: RunState, planner: WaitingPlanner, grants: Sequence[CapabilityGrant], now: int
+    ) -> _Planned | Commit | None:
+        """The step split at the model call (runs.domain.calls).
+
+        1. No call recorded for this step: pay the step, build the request from the bounded
+           context and commit it with the run. The gateway sends it; this worker lets go.
+        2. The call is open (queued or being sent): nothing to do; the run holds no worker.
+        3. The call is settled: its recorded reply (or failure) is the step's planner output,
+           and the step's commit consumes it. A worker that dies before that commit finds the
+           same reply again: the model is never asked twice for one recorded reply.
+        """
+        step = state.step + 1
+        call = self.store.model_call(state.run_id, step)
+        if call is None:
+            if not self._pay_step(state, now):
+                return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
+            context = self.context(state, grants=grants)
+            try:
+                request = planner.request(state, context)
+            except PlannerError as exc:
+                self._refund_step(state, now)
+                return lifecycle.fail(state, exc.code, **failure_details(exc))
+            request = dataclasses.replace(request, summary=_context_summary(context))
+            return lifecycle.model_requested(state, call_id(state.run_id, step), request)
+        if call.status in OPEN:
+            return None
+        if call.status not in SETTLED:
+            # Abandoned (or taken) while the run still runs: only a bug gets here; stop, once.
+            return lifecycle.fail(state, CALL_LOST, call_status=call.status.value)
+        try:
+            raw, tokens, details = unwrap(planner.answer(state, call))
+        except PlannerError as exc:
+            # The call failed for good: the step is not spent (it was paid when requested).
+            if self.quota is not None and self._refunded != (state.run_id, step):
+                self._refunded = (state.run_id, step)
+                self.quota.give_back(state.subject, now)
+            commit = lifecycle.fail(state, exc.code, **failure_details(exc))
+            commit.consume_call = call.call_id
+            return commit
+        summary = {**call.summary, **details}
+        return _Planned(raw, planner.source, summary, tokens, call.call_id)
 
     def _pay_step(self, state: RunState, now_ms: int) -> bool:
         """Spend one unit of the subject's daily quota on the step about to be planned; False

@@ -202,6 +202,9 @@ _SUMMARIES: dict[str, Summary] = {
     ev.RUN_CREATED: _fixed(Tone.INFO, "Run created (planner {planner}, {grants} grants)"),
     ev.RUN_STARTED: _fixed(Tone.INFO, "Run started"),
     ev.STATE_TRANSITIONED: _fixed(Tone.INFO, "State: {from} → {to}"),
+    ev.PLANNER_REQUESTED: _fixed(
+        Tone.INFO, "Model asked ({endpoint}, {model}): waiting for its reply"
+    ),
     ev.PLANNER_OUTPUT: _planner,
     ev.PROPOSAL_RECEIVED: _received,
     **{event: _layer(name, ok) for event, (name, ok) in _LAYERS.items()},
@@ -269,15 +272,21 @@ def _fold(group: StepGroup, entry: Entry) -> None:
         group.outcome = "final answer"
 
 
+_OPENS_STEP = (ev.PLANNER_REQUESTED, ev.PLANNER_OUTPUT)
+
+
 def build_timeline(events: Iterable[Mapping[str, Any]]) -> list[StepGroup]:
-    """Group events (in sequence order) by step. A ``planner.output`` opens the next step;
-    everything else joins the current group."""
+    """Group events (in sequence order) by step. A step opens at its model request
+    (``planner.requested``) or, with none before it, at its ``planner.output``; everything
+    else joins the current group."""
     groups: list[StepGroup] = []
     for event in events:
         entry = describe(event)
-        if entry.event == ev.PLANNER_OUTPUT or not groups:
-            step = entry.details.get("step") if entry.event == ev.PLANNER_OUTPUT else None
-            groups.append(StepGroup(step=step if isinstance(step, int) else None))
+        opens = entry.event in _OPENS_STEP
+        step = entry.details.get("step") if opens else None
+        step = step if isinstance(step, int) else None
+        if not groups or (opens and (groups[-1].step != step or step is None)):
+            groups.append(StepGroup(step=step))
         _fold(groups[-1], entry)
         groups[-1].entries.append(entry)
     return groups

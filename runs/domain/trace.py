@@ -14,6 +14,8 @@ from policy.domain.redaction import redact_secrets
 RUN_CREATED = "run.created"
 RUN_STARTED = "run.started"
 PLANNER_OUTPUT = "planner.output"
+# A model planner's request, recorded before it is sent (runs.domain.calls).
+PLANNER_REQUESTED = "planner.requested"
 PROPOSAL_RECEIVED = "proposal.received"
 PROPOSAL_SCHEMA_VALIDATED = "proposal.schema.validated"
 POLICY_CAPABILITY_CHECKED = "policy.capability.checked"

@@ -21,6 +21,7 @@ from typing import Any
 import openai
 
 from runs.domain import model_planning as mp
+from runs.domain.calls import CallRecord, CallStatus, ModelRequest
 from runs.domain.clock import Clock
 from runs.domain.planning import PlannerContext, PlannerError, PlannerReply
 from runs.domain.state import RunState
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
+DEFAULT_MAX_IN_FLIGHT = 64
 PLACEHOLDER_KEY = "not-needed"  # local servers want no key; the client wants a string
 
 
@@ -45,6 +47,9 @@ class ModelEndpoint:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # Passed as ``max_tokens``, capped by what is left of the run's token budget.
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    # Calls in flight at once to this endpoint, over every gateway process (runs.calls): the
+    # rest wait their turn in the database, fairly between subjects.
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
     @classmethod
     def from_settings(cls, name: str, raw: Mapping[str, Any]) -> ModelEndpoint:
@@ -56,6 +61,7 @@ class ModelEndpoint:
             timeout_s=float(raw.get("timeout_s") or DEFAULT_TIMEOUT_S),
             max_attempts=int(raw.get("max_attempts") or DEFAULT_MAX_ATTEMPTS),
             max_output_tokens=int(raw.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS),
+            max_in_flight=max(1, int(raw.get("max_in_flight") or DEFAULT_MAX_IN_FLIGHT)),
         )
 
 
@@ -101,25 +107,62 @@ class OpenAIPlanner:
         self.sleep = sleep
         self.client = client or _client(endpoint)
 
-    def next(self, state: RunState, context: PlannerContext) -> PlannerReply:
-        """1. Build the request from the bounded context (pure).
-        2. Call, retrying timeouts, 429 and 5xx with backoff while the run's deadline allows.
-        3. Interpret the answer (pure): a proposal, a final answer, or a PARSE_ERROR output.
-        """
+    def request(self, state: RunState, context: PlannerContext) -> ModelRequest:
+        """What this step asks the model (pure): the request body from the bounded context,
+        with what reading the reply will need (the offered tools' versions, the observation
+        ids the model saw)."""
         remaining_tokens = max(1, state.max_tokens - state.tokens_used)
         body = mp.build_request(
             context,
             model=self.model,
             max_output_tokens=min(self.endpoint.max_output_tokens, remaining_tokens),
         )
-        response, attempts = self._call(body, deadline_ms=state.deadline_ms)
+        return ModelRequest(
+            endpoint=self.endpoint.name,
+            model=self.model,
+            body=body,
+            deadline_ms=state.deadline_ms,
+            hints={
+                "versions": mp.tool_versions(context.tools),
+                "sources": mp.observation_ids(context),
+            },
+        )
+
+    def answer(self, state: RunState, call: CallRecord) -> PlannerReply:
+        """The step's output from a recorded reply (pure); a call that failed for good raises
+        its ``PLANNER_*`` code, as the inline call does."""
+        if call.status is CallStatus.FAILED or call.failure is not None:
+            failure = call.failure or {}
+            code = str(failure.get("code") or mp.PLANNER_UNAVAILABLE)
+            raise PlannerCallFailed(
+                f"model endpoint {self.endpoint.name!r}: {code} after {call.attempts} attempt(s)",
+                code=code,
+                status=failure.get("status"),
+                attempts=call.attempts,
+            )
+        return self._reply(state, call.hints, call.reply, call.attempts)
+
+    def next(self, state: RunState, context: PlannerContext) -> PlannerReply:
+        """The whole step in this process (inline mode: ``AGENTCONSOLE_MODEL_CALLS=inline``).
+
+        1. Build the request from the bounded context (pure).
+        2. Call, retrying timeouts, 429 and 5xx with backoff while the run's deadline allows.
+        3. Interpret the answer (pure): a proposal, a final answer, or a PARSE_ERROR output.
+        """
+        request = self.request(state, context)
+        response, attempts = self._call(request.body, deadline_ms=state.deadline_ms)
+        return self._reply(state, request.hints, response, attempts)
+
+    def _reply(
+        self, state: RunState, hints: Mapping[str, Any], response: Any, attempts: int
+    ) -> PlannerReply:
         usage = mp.usage_of(response)
         model = response.get("model") if isinstance(response, dict) else None
         output = mp.interpret(
             response,
             step=state.step + 1,
-            versions=mp.tool_versions(context.tools),
-            sources=mp.observation_ids(context),
+            versions=dict(hints.get("versions") or {}),
+            sources=list(hints.get("sources") or []),
         )
         return PlannerReply(
             output=output,
@@ -143,16 +186,10 @@ class OpenAIPlanner:
                 raw = self.client.chat.completions.with_raw_response.create(
                     **body, timeout=min(self.endpoint.timeout_s, left_s)
                 )
-            except openai.APIStatusError as exc:
-                failure = mp.classify(
-                    status=exc.status_code, retry_after_s=_retry_after(exc.response.headers)
-                )
-            except openai.APITimeoutError:
-                failure = mp.classify(status=None, timed_out=True)
-            except openai.APIConnectionError:
-                failure = mp.classify(status=None)
+            except openai.APIError as exc:
+                failure = failure_of(exc)
             else:
-                return _json_body(raw.text), attempt
+                return json_body(raw.text), attempt
             now = self.clock.now_ms()
             delay = mp.next_delay_ms(
                 failure,
@@ -181,7 +218,18 @@ class OpenAIPlanner:
             self.sleep(delay / 1000)
 
 
-def _retry_after(headers: Any) -> float | None:
+def failure_of(exc: openai.APIError) -> mp.CallFailure:
+    """A failed call, classified (the same rules inline and in the gateway): a status the
+    endpoint answered, a time-out, or a connection that never answered."""
+    if isinstance(exc, openai.APIStatusError):
+        return mp.classify(
+            status=exc.status_code, retry_after_s=retry_after_s(exc.response.headers)
+        )
+    return mp.classify(status=None, timed_out=isinstance(exc, openai.APITimeoutError))
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """An HTTP ``Retry-After`` in seconds (None when absent or a date: our own backoff applies)."""
     value = headers.get("retry-after") if headers is not None else None
     try:
         return float(value) if value is not None else None
@@ -189,7 +237,7 @@ def _retry_after(headers: Any) -> float | None:
         return None  # an HTTP date: our own backoff applies
 
 
-def _json_body(text: str) -> Any:
+def json_body(text: str) -> Any:
     # A body that is not JSON is a malformed response: interpret() makes it a PARSE_ERROR.
     try:
         return json.loads(text)

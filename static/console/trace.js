@@ -39,6 +39,7 @@
     "run.created": ["info", fmt("Run created (planner {planner}, {grants} grants)")],
     "run.started": ["info", fmt("Run started")],
     "state.transitioned": ["info", fmt("State: {from} → {to}")],
+    "planner.requested": ["info", fmt("Model asked ({endpoint}, {model}): waiting for its reply")],
     "planner.output": ["info", function (d) {
       var what = { tool: "a tool call", final: "a final answer" }[d.kind] || v(d, "kind");
       return "Planner proposed " + what + " (" + v(d, "source") + ")";
@@ -129,8 +130,12 @@
     if (typeof ev.sequence !== "number" || ev.sequence <= last) return false; // duplicate
     var groups = trace.querySelectorAll(".trace-step");
     var group = groups[groups.length - 1];
-    if (!group || ev.event === "planner.output") {
-      group = openGroup(ev.event === "planner.output" ? (ev.details || {}).step : null);
+    // A step opens at its model request (planner.requested) or, with no request before it, at
+    // its planner.output (the rule of runs/domain/timeline.py build_timeline).
+    var opens = ev.event === "planner.output" || ev.event === "planner.requested";
+    var step = opens ? (ev.details || {}).step : null;
+    if (!group || (opens && group.getAttribute("data-step-group") !== String(step))) {
+      group = openGroup(step);
     }
     var out = describe(ev);
     var li = el("li", "trace-event trace-new tone-" + out[0]);

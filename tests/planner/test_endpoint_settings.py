@@ -22,6 +22,7 @@ def test_one_endpoint_from_the_short_variables(monkeypatch: pytest.MonkeyPatch) 
             "api_key": "k-1",
             "model": "llama3.1",
             "timeout_s": 60.0,
+            "max_in_flight": 64,
         }
     }
 

@@ -53,8 +53,10 @@ def endpoint(settings: Any, server: ReplayServer) -> dict[str, Any]:
 
 @pytest.fixture
 def runner(endpoint: dict[str, Any], e2e_clock: FakeClock) -> Runner:
-    """The deployment's runner; only the planner's pacing is the test's (no real backoff)."""
-    built = wiring.runner(clock=e2e_clock)
+    """The deployment's runner in inline mode (``AGENTCONSOLE_MODEL_CALLS=inline``: the worker
+    makes the call; the split at the call, with the gateway, is tests/calls); only the
+    planner's pacing is the test's (no real backoff)."""
+    built = wiring.runner(clock=e2e_clock, defer_calls=False)
     built.planner_for = functools.partial(
         wiring.planner_for, clock=e2e_clock, sleep=FakeSleep(e2e_clock)
     )

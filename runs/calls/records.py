@@ -1,0 +1,256 @@
+"""Every write of a model call made outside a run's commit, and the reads around them.
+
+Called by the gateway (in its database threads), the sweeper and the metrics. Each write is a
+compare-and-set on the call's status (and, while it is being sent, on its lease), so a gateway
+that lost its lease, or a call the run abandoned meanwhile, changes nothing: the statement
+matches no row and the answer is dropped.
+
+The per-endpoint limit is counted in the database (calls ``sending`` under a live lease), so it
+holds over every gateway process. On PostgreSQL one claim per endpoint at a time takes a
+transaction-scoped advisory lock, so two gateways cannot both see the same free slots. SQLite
+(the embedded deployment, one gateway) has no such lock; its single writer makes the claim's
+count and update serial anyway.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber
+
+from policy import sqlbatch
+from runs.calls.models import CallAttempt, ModelCall
+from runs.domain.calls import OPEN, SETTLED, CallStatus
+
+SENDING = CallStatus.SENDING.value
+QUEUED = CallStatus.QUEUED.value
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A call this gateway now sends: attempt ``attempt`` (counted from one, lost ones too)."""
+
+    call_id: str
+    run_id: str
+    endpoint: str
+    body: dict[str, Any]
+    deadline_ms: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Result:
+    """How one attempt ended. ``kind``: ``answered`` (``reply`` recorded), ``failed`` (no retry
+    left: ``failure`` recorded), ``retry`` (queued again, not before ``not_before``) or
+    ``abandoned`` (the run let go of the call; only the attempt is recorded)."""
+
+    call_id: str
+    attempt: int
+    kind: str
+    outcome: str
+    reply: Any = None
+    failure: dict[str, Any] | None = None
+    not_before: datetime | None = None
+    http_status: int | None = None
+    latency_ms: int | None = None
+
+
+def _due(endpoint: str, now: datetime) -> Any:
+    # Queued and due, or being sent by a gateway whose lease lapsed (it died or hangs).
+    return ModelCall.objects.filter(endpoint=endpoint).filter(
+        Q(status=QUEUED, not_before__lte=now) | Q(status=SENDING, lease_expires_at__lt=now)
+    )
+
+
+def in_flight(endpoint: str, now: datetime) -> int:
+    return ModelCall.objects.filter(
+        endpoint=endpoint, status=SENDING, lease_expires_at__gte=now
+    ).count()
+
+
+def claim(
+    *, endpoint: str, limit: int, owner: str, now: datetime, lease: timedelta, batch: int
+) -> list[Claimed]:
+    """Take up to ``batch`` due calls of ``endpoint``, within its limit of calls in flight.
+
+    1. Lock the endpoint's claims (PostgreSQL: an advisory lock for this transaction).
+    2. Free slots = ``limit`` - calls being sent under a live lease.
+    3. Pick that many due calls, subjects in turn: each subject's oldest call first, then each
+       one's second oldest, ... (one subject's 1,000 calls do not starve another's 3).
+    4. Mark them ``sending`` under this gateway's lease, one attempt more (one UPDATE, matched
+       again by a mark of its own so a call that moved meanwhile is left out), record each
+       attempt, and close the attempt a dead gateway left open as lost.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"agentconsole.calls:{endpoint}"]
+                )
+        free = min(batch, limit - in_flight(endpoint, now))
+        if free <= 0:
+            return []
+        turn = Window(RowNumber(), partition_by=[F("subject")], order_by=[F("created_at"), F("id")])
+        picked = list(
+            _due(endpoint, now)
+            .annotate(turn=turn)
+            .order_by("turn", "created_at", "id")
+            .values_list("id", "status")[:free]
+        )
+        if not picked:
+            return []
+        ids = [pk for pk, _ in picked]
+        lapsed = [pk for pk, status in picked if status == SENDING]
+        mark = f"{owner}#{uuid.uuid4().hex[:8]}"
+        until = now + lease
+        # The race: a run's stop abandons a call between the pick and this UPDATE; the status
+        # condition leaves it out, and the mark tells which rows this UPDATE took.
+        _due(endpoint, now).filter(id__in=ids).update(
+            status=SENDING, lease_owner=mark, lease_expires_at=until, attempts=F("attempts") + 1
+        )
+        rows = list(
+            ModelCall.objects.filter(id__in=ids, lease_owner=mark).values_list(
+                "id", "run_id", "request", "deadline_ms", "attempts"
+            )
+        )
+        ModelCall.objects.filter(id__in=[r[0] for r in rows]).update(lease_owner=owner)
+        if lapsed:
+            CallAttempt.objects.filter(call_id__in=lapsed, finished_at__isnull=True).update(
+                finished_at=now, outcome="lost"
+            )
+        CallAttempt.objects.bulk_create(
+            [
+                CallAttempt(call_id=pk, attempt=attempts, owner=owner, started_at=now)
+                for pk, _, _, _, attempts in rows
+            ]
+        )
+    return [
+        Claimed(pk, run_id, endpoint, body, deadline_ms, attempts)
+        for pk, run_id, body, deadline_ms, attempts in rows
+    ]
+
+
+def settle(results: Sequence[Result], *, owner: str, now: datetime) -> list[str]:
+    """Record how attempts ended, in one transaction; the run ids now owed a worker (their call
+    answered or failed for good). Recorded before anything acts on it: the caller sends the
+    runs on only after this returns."""
+    writes: list[sqlbatch.Write] = []
+    settling: list[tuple[int, Result]] = []  # (index of the call's write, result)
+    for r in results:
+        if r.kind != "abandoned":  # an abandoned call already left ``sending``
+            settling.append((len(writes), r))
+            writes.append(_call_write(r, owner, now))
+        writes.append(
+            sqlbatch.update(
+                CallAttempt,
+                {
+                    "finished_at": now,
+                    "outcome": r.outcome[:64],
+                    "http_status": r.http_status,
+                    "latency_ms": r.latency_ms,
+                },
+                {"call": r.call_id, "attempt": r.attempt},
+            )
+        )
+    with transaction.atomic():
+        ran = sqlbatch.run(writes)
+        if ran.error is not None:
+            raise ran.error
+    owed = [
+        r.call_id for i, r in settling if ran.rowcounts[i] == 1 and r.kind in ("answered", "failed")
+    ]
+    if not owed:
+        return []
+    return list(ModelCall.objects.filter(id__in=owed).values_list("run_id", flat=True))
+
+
+def _call_write(r: Result, owner: str, now: datetime) -> sqlbatch.Write:
+    # Only while the call is still ours: sending, under our lease, at this attempt. A call the
+    # run abandoned, or that another gateway claimed after our lease lapsed, is not touched.
+    where = {"id": r.call_id, "status": SENDING, "lease_owner": owner, "attempts": r.attempt}
+    if r.kind == "answered":
+        values: dict[str, Any] = {
+            "status": CallStatus.ANSWERED.value,
+            "reply": r.reply,
+            "answered_at": now,
+        }
+    elif r.kind == "failed":
+        values = {"status": CallStatus.FAILED.value, "failure": r.failure, "answered_at": now}
+    else:  # retry: queued again, not before the backoff or the endpoint's Retry-After
+        values = {"status": QUEUED, "not_before": r.not_before or now}
+    values.update(lease_owner=None, lease_expires_at=None)
+    return sqlbatch.update(ModelCall, values, where)
+
+
+def renew(*, owner: str, ids: Sequence[str], now: datetime, lease: timedelta) -> set[str]:
+    """Extend this gateway's lease on the calls it is sending; the ids it still holds (the
+    others were abandoned by their runs, or taken over after a lapse: stop sending them)."""
+    if not ids:
+        return set()
+    mine = ModelCall.objects.filter(id__in=list(ids), status=SENDING, lease_owner=owner)
+    mine.update(lease_expires_at=now + lease)
+    return set(mine.values_list("id", flat=True))
+
+
+def release(*, owner: str, ids: Sequence[str]) -> int:
+    """Give calls back to the queue (a gateway stopping with calls still in flight): another
+    gateway sends them at once instead of after the lease lapses. Their attempt stays open and
+    is closed as lost by the next claim."""
+    if not ids:
+        return 0
+    return ModelCall.objects.filter(id__in=list(ids), status=SENDING, lease_owner=owner).update(
+        status=QUEUED, lease_owner=None, lease_expires_at=None
+    )
+
+
+def fail_unknown_endpoints(*, known: Iterable[str], now: datetime) -> list[str]:
+    """Calls due for an endpoint no longer configured fail with PLANNER_ENDPOINT_UNKNOWN (the
+    code a run gets when its endpoint is removed before its step); their run ids."""
+    stray = ModelCall.objects.filter(status=QUEUED, not_before__lte=now).exclude(
+        endpoint__in=list(known)
+    )
+    ids = list(stray.values_list("id", flat=True)[:500])
+    if not ids:
+        return []
+    failure = {"code": "PLANNER_ENDPOINT_UNKNOWN", "status": None}
+    ModelCall.objects.filter(id__in=ids, status=QUEUED).update(
+        status=CallStatus.FAILED.value, failure=failure, answered_at=now
+    )
+    return list(
+        ModelCall.objects.filter(id__in=ids, status=CallStatus.FAILED.value).values_list(
+            "run_id", flat=True
+        )
+    )
+
+
+def next_due(now: datetime) -> datetime | None:
+    """When the earliest queued call becomes due (None: nothing queued)."""
+    found = ModelCall.objects.filter(status=QUEUED).order_by("not_before").first()
+    return None if found is None else found.not_before
+
+
+def counts_by_endpoint() -> dict[tuple[str, str], int]:
+    """Open calls by (endpoint, status): the metrics' calls in flight and queued."""
+    rows = (
+        ModelCall.objects.filter(status__in=[s.value for s in OPEN])
+        .values_list("endpoint", "status")
+        .annotate(n=Count("id"))
+    )
+    return {(endpoint, status): n for endpoint, status, n in rows}
+
+
+def settled_unconsumed() -> Q:
+    """Runs owed a worker: a call answered or failed for good that no step took yet (the
+    gateway's message was lost, or the worker died before its commit). For the sweeper."""
+    return Q(model_calls__status__in=[s.value for s in SETTLED])
+
+
+def waiting_on_call() -> Q:
+    """Runs waiting on an open call: the gateway owes them an answer, no worker is missing."""
+    return Q(model_calls__status__in=[s.value for s in OPEN])
