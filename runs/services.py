@@ -231,8 +231,11 @@ def run_advance(
         return None
     next_message = None
     try:
-        state = resolve(ctx).runner(owner, clock=clock).advance(run_id, slice_steps=slice_steps)
-        if slice_steps and state.status is Status.RUNNING:
+        runner = resolve(ctx).runner(owner, clock=clock)
+        state = runner.advance(run_id, slice_steps=slice_steps)
+        # Still running: its slice ended (back to the queue), or it waits on its model call
+        # (the gateway sends it back once the reply is recorded: no message from here).
+        if runner.sliced and state.status is Status.RUNNING:
             next_message = lease_hand_back(run_id=run_id, owner=owner, clock=clock)
     except LeaseLost:
         return None

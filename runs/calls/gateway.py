@@ -83,6 +83,11 @@ class Gateway:
         self._latencies: list[tuple[str, float]] = []
         self.sent = 0  # attempts started by this process (the bench and the tests read it)
 
+    @property
+    def in_flight(self) -> int:
+        """Calls this process is sending now."""
+        return len(self._tasks)
+
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, *, shutdown_s: float = 10.0) -> None:
@@ -192,8 +197,12 @@ class Gateway:
             # Abandoned by its run (or our lease lapsed): only the attempt is recorded.
             self._results.put_nowait(records.Result(c.call_id, c.attempt, "abandoned", "abandoned"))
             raise
-        except Exception:  # a bug here must not stop the other calls; the lease lapses instead
+        except Exception:  # a bug here must not stop the other calls: queued again, later
             log.exception("gateway: call %s failed unexpectedly", c.call_id)
+            later = as_datetime(self.clock.now_ms() + 1000)
+            self._results.put_nowait(
+                records.Result(c.call_id, c.attempt, "retry", "GATEWAY_ERROR", not_before=later)
+            )
         finally:
             self._tasks.pop(c.call_id, None)
 

@@ -75,7 +75,13 @@ def in_flight(endpoint: str, now: datetime) -> int:
 
 
 def claim(
-    *, endpoint: str, limit: int, owner: str, now: datetime, lease: timedelta, batch: int
+    *,
+    endpoint: str,
+    limit: int,
+    owner: str,
+    now: datetime,
+    lease: timedelta,
+    batch: int,
 ) -> list[Claimed]:
     """Take up to ``batch`` due calls of ``endpoint``, within its limit of calls in flight.
 
@@ -86,6 +92,10 @@ def claim(
     4. Mark them ``sending`` under this gateway's lease, one attempt more (one UPDATE, matched
        again by a mark of its own so a call that moved meanwhile is left out), record each
        attempt, and close the attempt a dead gateway left open as lost.
+
+    A gateway never claims a call under its own lease again, even one whose lease lapsed (a
+    renewal late under load): it is still sending it, and the answer on its way is that
+    attempt's. (A restarted gateway is another owner: ``runs.leases.new_owner``.)
     """
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -99,6 +109,7 @@ def claim(
         turn = Window(RowNumber(), partition_by=[F("subject")], order_by=[F("created_at"), F("id")])
         picked = list(
             _due(endpoint, now)
+            .exclude(lease_owner=owner)
             .annotate(turn=turn)
             .order_by("turn", "created_at", "id")
             .values_list("id", "status")[:free]

@@ -156,6 +156,8 @@ class Runner:
         # again for the same step and must not pay twice. Likewise a failed call's refund.
         self._paid: tuple[str, int] | None = None
         self._refunded: tuple[str, int] | None = None
+        # The last advance ended because its slice did (not because the run waits).
+        self.sliced = False
 
     def advance(
         self, run_id: str, *, max_iterations: int = 100_000, slice_steps: int = 0
@@ -163,12 +165,15 @@ class Runner:
         """Advance the run until it waits for a person, stops or ends; return its state.
 
         With ``slice_steps``, return after that many planner steps with the run still
-        ``running``: the caller hands it back to the queue so other runs get a worker too.
+        ``running`` and ``sliced`` set: the caller hands it back to the queue so other runs get
+        a worker too. A run that returns ``running`` without ``sliced`` waits on its model
+        call: the gateway sends it back once the reply is recorded.
         Only a new planner step ends a slice (a pending proposal is settled first), so the
         returned run holds no started command.
 
         One ``run`` span per advance (runs.domain.telemetry has the span model).
         """
+        self.sliced = False
         with self.telemetry.span("run", {"agentconsole.run_id": run_id}) as span:
             state = self._advance(run_id, max_iterations=max_iterations, slice_steps=slice_steps)
             span.set(tel.run_attributes(state))
@@ -200,6 +205,7 @@ class Runner:
                     self._recover(state, *orphan)
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
+                self.sliced = True
                 return state
             # A running run's iteration is a step (plan, or resume a confirmed proposal): its
             # span holds the gate's evaluation and the tool attempts the step starts.

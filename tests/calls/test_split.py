@@ -14,6 +14,7 @@ import pytest
 
 from bench.slow_model import SlowModel
 from runs import models as m
+from runs import services
 from runs.domain import trace as ev
 from runs.domain.calls import CallStatus
 from tests.calls import calls_kit as kit
@@ -85,3 +86,23 @@ def test_a_recorded_reply_is_taken_by_the_next_worker_and_never_asked_again(
     assert kit.calls(run_id)[0].status == CallStatus.CONSUMED
     assert state.step == 1
     assert model.total == 1
+
+
+def test_a_run_that_waits_on_its_model_is_not_handed_back_to_the_queue(
+    endpoint: dict[str, Any], model: SlowModel, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A worker's advance (a fairness slice) that ends because the run waits on its model
+    sends no message: the gateway sends the run back once the reply is recorded. (A hand-back
+    here made workers spin on a waiting run, found by the process tests.)"""
+    settings.AGENTCONSOLE_MODEL_CALLS = "gateway"
+    sent: list[str] = []
+    monkeypatch.setattr(services, "enqueue_advance", lambda run_id, **kw: sent.append(run_id))
+    run_id = kit.start_run("What happens after the retries are exhausted?")
+
+    state = services.run_advance(run_id=run_id, slice_steps=5, queue="q-test")
+
+    assert state is not None
+    assert state.status.value == "running"
+    assert kit.calls(run_id)[0].status == CallStatus.QUEUED
+    assert sent == []
+    assert m.Run.objects.get(pk=run_id).lease_owner is None  # the worker let go
