@@ -7,5 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${AGENTCONSOLE_BIN:-.venv/bin}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$BIN/daphne" -b "${BIND:-127.0.0.1}" -p "${PORT:-8000}" \
+# The listen backlog (WEB_BACKLOG, default 4096; the kernel caps it at net.core.somaxconn): daphne's
+# default of 50 reset connections of a burst before they were accepted (issue 22 item 5: 44 of
+# 200 simultaneous creates). Twisted's endpoint string takes it; a colon in BIND (IPv6) is escaped.
+BIND="${BIND:-127.0.0.1}"
+exec "$BIN/daphne" -e "tcp:port=${PORT:-8000}:interface=${BIND//:/\\:}:backlog=${WEB_BACKLOG:-4096}" \
     --application-close-timeout "${WEB_SHUTDOWN_S:-10}" "$@" agentconsole.asgi:application
