@@ -3,8 +3,9 @@
 Web and worker processes run on different hosts, so nothing is counted in one process's memory
 where the database already knows it. Per scrape (whichever web process Prometheus reaches):
 
-- 4 SQL queries (PostgreSQL is the truth): runs by status; pending confirmations with the
-  oldest one's age; unresolved handoffs by status; tool calls by tool and ledger status.
+- 5 SQL queries (PostgreSQL is the truth): runs by status; pending confirmations with the
+  oldest one's age; unresolved handoffs by status; tool calls by tool and ledger status; open
+  model calls by endpoint and status (the gateway's in flight and queued).
   Each is one aggregate (GROUP BY or COUNT/MIN) returning a handful of rows; the first and the
   last scan their tables, which is fine for millions of rows at a scrape every 15-60 s.
 - 1 broker round trip: the depth of the run queue (a Redis LLEN; a folder count embedded).

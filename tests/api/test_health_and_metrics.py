@@ -137,7 +137,7 @@ def test_metrics_bearer_token(settings: Any) -> None:
     assert scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 401
 
 
-def test_metrics_read_the_database_in_four_queries(
+def test_metrics_read_the_database_in_five_queries(
     people: People, settings: Any, django_assert_num_queries: Any
 ) -> None:
     settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
@@ -148,7 +148,7 @@ def test_metrics_read_the_database_in_four_queries(
     Confirmation.objects.filter(pk=waiting.confirmation_id).update(
         requested_at=timezone.now() - timedelta(seconds=60)
     )
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(5):
         response = scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
@@ -225,6 +225,42 @@ def test_step_latency_buckets(shared_key: str, settings: Any) -> None:
     assert got['agentconsole_step_latency_seconds_bucket{le="+Inf"}'] == 3
     assert got["agentconsole_step_latency_seconds_count"] == 3
     assert got["agentconsole_step_latency_seconds_sum"] == pytest.approx(500.31)
+
+
+def test_model_calls_in_flight_and_queued_per_endpoint(people: People, settings: Any) -> None:
+    """issue 22 item 3: the gateway's work, from the database (any web process answers)."""
+    settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
+    settings.AGENTCONSOLE_MODEL_ENDPOINTS = {"idle": {"base_url": "http://127.0.0.1:9/v1"}}
+    run_id = created_run(people.alice.user)
+    now = timezone.now()
+    for step, (endpoint, status) in enumerate(
+        [("fast", "sending"), ("fast", "queued"), ("fast", "queued"), ("slow", "answered")], 1
+    ):
+        m.ModelCall.objects.create(
+            id=f"{run_id}:s{step}", run_id=run_id, step=step, subject="alice",
+            endpoint=endpoint, model="m", request={}, request_hash="0" * 64, deadline_ms=0,
+            status=status, not_before=now,
+            **({"lease_owner": "g", "lease_expires_at": now} if status == "sending" else {}),
+        )  # fmt: skip
+    got = samples(scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode())
+    assert got['agentconsole_model_calls_in_flight{endpoint="fast"}'] == 1
+    assert got['agentconsole_model_calls_queued{endpoint="fast"}'] == 2
+    # An answered call is neither: "slow" has nothing open and is not configured.
+    assert not any('endpoint="slow"' in k for k in got if k.startswith("agentconsole_model_calls"))
+    assert got['agentconsole_model_calls_in_flight{endpoint="idle"}'] == 0  # configured, idle
+
+
+def test_model_call_latency_histogram_per_endpoint(shared_key: str, settings: Any) -> None:
+    settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
+    metrics.observe_model_latency([("fast", 0.2), ("fast", 3.0), ("slow", 200.0)])
+    got = samples(scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode())
+    name = "agentconsole_model_call_latency_seconds"
+    assert got[f'{name}_bucket{{endpoint="fast",le="0.25"}}'] == 1
+    assert got[f'{name}_bucket{{endpoint="fast",le="5.0"}}'] == 2
+    assert got[f'{name}_count{{endpoint="fast"}}'] == 2
+    assert got[f'{name}_bucket{{endpoint="slow",le="120.0"}}'] == 0
+    assert got[f'{name}_bucket{{endpoint="slow",le="+Inf"}}'] == 1
+    assert got[f'{name}_sum{{endpoint="slow"}}'] == pytest.approx(200.0)
 
 
 class _Clock:
