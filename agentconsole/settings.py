@@ -298,6 +298,8 @@ AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS = int(
 AGENTCONSOLE_CLIENT_IP_HEADER = os.environ.get("AGENTCONSOLE_CLIENT_IP_HEADER", "").strip()
 # API tokens expire this long after they were created (7 days).
 AGENTCONSOLE_TOKEN_TTL_S = float(os.environ.get("AGENTCONSOLE_TOKEN_TTL_S", str(7 * 24 * 3600)))
+# Every sign-in (console, admin, API token) passes the throttle: it is the one backend.
+AUTHENTICATION_BACKENDS = ["agentconsole.auth.ThrottledModelBackend"]
 REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
     # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
     "agentconsole.auth.ExpiringTokenAuthentication",
