@@ -54,7 +54,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.core.cache import caches
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
@@ -93,7 +93,8 @@ def normalize_username(raw: str) -> str:
     backend on every door, so the API, whose serializer only strips, signs in the same names."""
     name = raw.strip()
     user_model = get_user_model()
-    max_length = user_model._meta.get_field(user_model.USERNAME_FIELD).max_length or 254
+    field = user_model._meta.get_field(user_model.USERNAME_FIELD)
+    max_length = getattr(field, "max_length", None) or 254
     if len(name) > max_length:
         return name
     return str(user_model.normalize_username(name))
@@ -184,12 +185,12 @@ class ThrottledModelBackend(ModelBackend):
         )
 
 
-def sign_in_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def sign_in_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """An HTML sign-in view (/login/, /admin/login/): a throttled attempt is the console's error
     page, 429 with Retry-After (the API's view gets the same from DRF's handler)."""
 
     @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
             return view(request, *args, **kwargs)
         except LoginThrottled as exc:

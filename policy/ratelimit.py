@@ -17,8 +17,12 @@ Atomicity: ``cache.add`` (set if absent) then ``cache.incr``. On Redis both are 
 the embedded deployment's single daphne). Several web processes share counts only through Redis.
 
 The window slides: the previous fixed window's count is weighted by how much of it still
-overlaps the last ``window_s`` seconds, so there is no burst of twice the limit at a window
-boundary. Counts expire two windows after they were started. ``clock`` returns seconds
+overlaps the last ``window_s`` seconds, so the limit cannot be taken twice in a moment at a
+window boundary, as a fixed window allows. The accepted imprecision: the weighting assumes the
+previous window's places were spread evenly, so places all taken at its very end free up
+through the next window rather than a whole window later; in the worst case a span of one
+window sees up to about twice the limit, spread over it (the limit on average, over longer
+spans). Counts expire two windows after they were started. ``clock`` returns seconds
 (``time.time``); tests pass their own, so nothing sleeps.
 """
 
@@ -74,9 +78,10 @@ class SlidingWindow:
         if (taken - 1) + previous * (1 - elapsed) < limit:
             return Place(slot)
         self.give_back(Place(slot))
-        # Counted without ours: the wait of the window as it stands (at least 1 s; a place that
-        # others were holding only for this instant, and handed back, still answers "1").
-        raise WindowFull(self._wait(taken - 1, previous, limit, index, now))
+        # The wait of the window as it stands, without ours. Places that fit never number more
+        # than the limit; a count above it is other refused requests' places, held only until
+        # they hand them back, and must not lengthen the wait.
+        raise WindowFull(self._wait(min(taken - 1, limit), previous, limit, index, now))
 
     def give_back(self, place: Place) -> None:
         try:
