@@ -408,8 +408,9 @@ AGENTCONSOLE_MAX_DEADLINE_MS = int(os.environ.get("AGENTCONSOLE_MAX_DEADLINE_MS"
 AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT = int(
     os.environ.get("AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT", "20000")
 )
-# Run creation requests per user (DRF throttle rate, "<n>/<sec|min|hour|day>"; "" = off). The
-# count lives in the default cache: point CACHES at Redis when several web processes serve.
+# Runs a user may start per period ("<n>/<sec|min|hour|day>"; "" = off), counted in run_create
+# for the API and the console alike (runs/limits.py). The count lives in the default cache:
+# point CACHES at Redis when several web processes serve.
 AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "30/min")
 # Fairness: a worker advances a run for at most this many planner steps, then hands it back to
 # the end of the queue so other subjects' runs interleave (0 = until it waits or ends).
