@@ -4,6 +4,7 @@ view and on the admin's login page; a refusal is 429 with Retry-After. Time is a
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -205,7 +206,9 @@ def test_the_client_address_header_behind_a_proxy(
 def make(clock: Clock, per_account: int = 5, per_address: int = 100) -> auth.LoginThrottle:
     from django.core.cache.backends.locmem import LocMemCache
 
-    cache = LocMemCache(f"throttle-{id(clock)}", {})
+    # A name of its own: local-memory caches of one name share their data, and ids of freed
+    # objects come back, so a name from id(clock) could hand a test an earlier test's counts.
+    cache = LocMemCache(f"throttle-{uuid.uuid4().hex}", {})
     return auth.LoginThrottle(
         cache=cache, clock=clock, window_s=900, per_account=per_account, per_address=per_address
     )
