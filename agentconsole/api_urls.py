@@ -40,18 +40,12 @@ class StrictObtainAuthToken(ObtainAuthToken):
         return super().get_authenticators()
 
     def post(self, request: Request, *args: object, **kwargs: object) -> Response:
-        """issue 9 item 8: refused while the account or the address is throttled (also with the
-        right password); failures are counted by the user_login_failed signal (agentconsole/
-        auth.py), a success clears the account's count."""
-        username = auth.username_of(request.data)
-        throttle = auth.login_throttle()
-        wait = throttle.wait(username, auth.client_address(request))
-        if wait:
-            raise auth.LoginThrottled(wait)
+        """The serializer calls ``authenticate``, whose backend applies the sign-in throttle
+        (agentconsole/auth.py): a throttled attempt raises LOGIN_THROTTLED, 429 with
+        Retry-After, through the API's handler."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         user = serializer.validated_data["user"]
-        throttle.succeeded(username)
         return Response({"token": auth.token_for(user).key})
 
     @extend_schema(request=None, responses={204: None})

@@ -1,5 +1,5 @@
-"""The project package as an app: no models; the deployment's system checks and the sign-in
-signals (agentconsole/auth.py)."""
+"""The project package as an app: no models; the deployment's system checks and the password
+signal (agentconsole/auth.py; the sign-in throttle is its authentication backend)."""
 
 from django.apps import AppConfig
 
@@ -12,14 +12,11 @@ class AgentconsoleConfig(AppConfig):
         # import here: models, the user model and the apps' modules are ready only once Django
         # calls ready(). Importing registers the checks (``@register``; agentconsole/checks.py).
         from django.contrib.auth import get_user_model
-        from django.contrib.auth.signals import user_logged_in, user_login_failed
         from django.db.models.signals import pre_save
 
         from agentconsole import auth, checks, wiring  # noqa: F401
         from runs import context
 
-        user_login_failed.connect(auth.on_login_failed, dispatch_uid="agentconsole-login-failed")
-        user_logged_in.connect(auth.on_logged_in, dispatch_uid="agentconsole-logged-in")
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )

@@ -1,15 +1,38 @@
-"""Sign-in throttling and API token lifetime (issue 9 item 8).
+"""Sign-in throttling and API token lifetime (issue 9 item 8; issue 21 items 4 and 5).
 
-Sign-in throttle. Failed sign-ins are counted per account (the user name as typed, case-folded)
-and per client address, on the API (POST /api/auth/token/) and on the admin's login page. While
-either count is at its limit the sign-in is refused with 429 and Retry-After — also with the right
-password, so guessing cannot go on. A success clears the account's count only: one good password
-must not clear an address that is guessing many accounts. Counts live in Django's cache (Redis
-when REDIS_URL is set, so every web process sees the same counts; per-process memory otherwise,
-which is right for the one daphne process of the embedded mode). The window slides: the previous
-fixed window's count is weighted by how much of it still overlaps (the "sliding window counter"),
-so there is no burst of twice the limit at a window boundary. Per-account limits let anyone lock
-an account out for a window by failing on purpose; that is the accepted price of stopping guesses.
+Sign-in throttle: one implementation, in the authentication backend. Every door that signs a
+person in (the console's /login/, the admin's /admin/login/, the API's POST /api/auth/token/)
+calls ``django.contrib.auth.authenticate``, and ``AUTHENTICATION_BACKENDS`` names only
+``ThrottledModelBackend``, which for each attempt:
+
+1. normalises the user name once, with ``normalize_username`` (exactly what Django's sign-in form
+   does: strip, then the user model's NFKC), and uses that one name both to look the user up and
+   to count: ``\uff56\uff49\uff43\uff54\uff49\uff4d\uff12`` (fullwidth) is ``victim2`` for
+   both, so a spelling can neither sign in uncounted nor dodge the count (item 4);
+2. reserves the attempt, per account and per client address, with an atomic increment
+   (``policy/ratelimit.py``) *before* the password is checked. An attempt that does not fit
+   raises ``LoginThrottled``: 429 with Retry-After on every door, also with the right password,
+   so guessing cannot go on. Simultaneous guesses each get their own count, so at most the limit
+   of them reach the password check (item 5; before, 59 of 80 simultaneous guesses did);
+3. checks the password (Django's ``ModelBackend``);
+4. on success clears the account's count and hands the address its place back (a success is
+   not a failure, and one good password must not clear an address that guesses many accounts);
+   a failure keeps both places: they are the failure count.
+
+The account is counted under the normalised name case-folded: that only ever merges spellings
+that sign in as one account (the lookup is exact), so "ALICE" and "alice" share one count
+rather than getting 5 guesses each. Counts live in Django's cache: Redis when REDIS_URL is set,
+so every web process sees the same counts; per-process memory otherwise, which is right for the
+one daphne process of the embedded mode. Per-account limits let anyone lock an account out for a
+window by failing on purpose; that is the accepted price of stopping guesses.
+
+Why not django-axes (weighed for issue 21; 8.3 read): it checks for a lockout in its backend
+*before* authentication but records the failure in a ``user_login_failed`` signal *after* the
+password check, so simultaneous guesses all pass the check-then-count, the defect of item 5. It
+also has one failure limit for every lockout parameter (not 5 per account and 20 per address),
+a cool-off that restarts rather than a sliding window, keys the name as typed unless
+``AXES_USERNAME_CALLABLE`` is set, and brings models, migrations and a middleware. The limiter
+here is ~100 lines and shared with the run-creation rate (``runs/limits.py``).
 
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
@@ -18,21 +41,27 @@ deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.core.cache import caches
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseBase
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
+
+from policy.pages import page_error
+from policy.ratelimit import Place, SlidingWindow, WindowFull
 
 
 class LoginThrottled(exceptions.Throttled):
@@ -41,7 +70,10 @@ class LoginThrottled(exceptions.Throttled):
     def __init__(self, wait: int) -> None:
         # Not Throttled.__init__: it appends its own "Expected available in..." sentence.
         exceptions.APIException.__init__(
-            self, f"Too many failed sign-ins; try again in {wait} seconds.", self.default_code
+            self,
+            f"Too many failed sign-ins for this account or from this address. "
+            f"Try again in {wait} seconds.",
+            self.default_code,
         )
         self.wait = wait  # DRF's handler turns it into Retry-After
 
@@ -51,9 +83,39 @@ class TokenExpired(exceptions.AuthenticationFailed):
     default_code = "token_expired"  # -> TOKEN_EXPIRED
 
 
+def normalize_username(raw: str) -> str:
+    """The one normalisation of a typed user name, for the lookup and the count alike.
+
+    What Django's ``AuthenticationForm`` hands to ``authenticate``: its ``UsernameField`` strips
+    (``CharField``) and then applies NFKC (``AbstractBaseUser.normalize_username``, which also
+    normalises names when users are created), except above the field's length, where it leaves
+    the name alone (it cannot match a user; NFKC of a long text is slow). Applied again by the
+    backend on every door, so the API, whose serializer only strips, signs in the same names."""
+    name = raw.strip()
+    user_model = get_user_model()
+    field = user_model._meta.get_field(user_model.USERNAME_FIELD)
+    max_length = getattr(field, "max_length", None) or 254
+    if len(name) > max_length:
+        return name
+    return str(user_model.normalize_username(name))
+
+
+@dataclass
+class Attempt:
+    """A sign-in attempt that holds its places in the account's and the address's counts."""
+
+    window: SlidingWindow
+    account: str
+    address: Place
+
+    def succeeded(self) -> None:
+        self.window.clear(self.account)
+        self.window.give_back(self.address)
+
+
 @dataclass
 class LoginThrottle:
-    """Counts failed sign-ins per account and per address in a sliding window.
+    """Sign-in attempts per account and per address, reserved before the password is checked.
 
     ``clock`` returns seconds (``time.time``); tests pass their own, so nothing sleeps.
     """
@@ -64,65 +126,27 @@ class LoginThrottle:
     per_account: int
     per_address: int
 
-    def wait(self, username: str, address: str) -> int:
-        """Seconds until a sign-in may be tried (0: now)."""
-        now = self.clock()
-        return max(
-            self._wait(self._key("acct", _fold(username)), self.per_account, now),
-            self._wait(self._key("addr", address), self.per_address, now),
-        )
-
-    def failed(self, username: str, address: str) -> None:
-        now = self.clock()
-        self._bump(self._key("acct", _fold(username)), now)
-        self._bump(self._key("addr", address), now)
-
-    def succeeded(self, username: str) -> None:
-        """Clear the account's count (both windows); the address keeps its count."""
-        index = self._index(self.clock())
-        key = self._key("acct", _fold(username))
-        self.cache.delete_many([f"{key}:{index}", f"{key}:{index - 1}"])
-
-    # -- the sliding window counter ---------------------------------------------------------
-
-    def _index(self, now: float) -> int:
-        return int(now // self.window_s)
-
-    def _key(self, kind: str, ident: str) -> str:
-        # Hashed: a user name is attacker-chosen text, a cache key must be short and plain.
-        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return f"login-fail:{kind}:{digest}"
-
-    def _bump(self, key: str, now: float) -> None:
-        current = f"{key}:{self._index(now)}"
-        timeout = math.ceil(2 * self.window_s)  # kept while it is the "previous" window too
-        self.cache.add(current, 0, timeout)
+    def reserve(self, username: str, address: str) -> Attempt:
+        """Take a place for ``username`` (already normalised) from ``address``; raise
+        ``LoginThrottled`` holding none if either count is full."""
+        window = SlidingWindow(cache=self.cache, clock=self.clock, window_s=self.window_s)
+        account = _key("acct", username.casefold())
         try:
-            self.cache.incr(current)
-        except ValueError:  # expired between add and incr
-            self.cache.set(current, 1, timeout)
-
-    def _wait(self, key: str, limit: int, now: float) -> int:
-        index = self._index(now)
-        counts = self.cache.get_many([f"{key}:{index}", f"{key}:{index - 1}"])
-        current = counts.get(f"{key}:{index}", 0)
-        previous = counts.get(f"{key}:{index - 1}", 0)
-        elapsed = (now - index * self.window_s) / self.window_s  # 0..1 into this window
-        if current + previous * (1 - elapsed) < limit:
-            return 0
-        if current >= limit:
-            # Blocked for the rest of this window and until, in the next one, this window's
-            # weight falls below the limit: current * (1 - f) < limit.
-            until = (index + 1 + (1 - limit / current)) * self.window_s
-        else:
-            # The previous window's weight falls: current + previous * (1 - f) < limit.
-            until = (index + (1 - (limit - current) / previous)) * self.window_s
-        # +1 past the instant the estimate reaches the limit exactly (it must fall below it).
-        return max(1, math.floor(until - now) + 1)
+            held = window.take(account, self.per_account)
+        except WindowFull as full:
+            raise LoginThrottled(full.wait) from None
+        try:
+            place = window.take(_key("addr", address), self.per_address)
+        except WindowFull as full:
+            window.give_back(held)
+            raise LoginThrottled(full.wait) from None
+        return Attempt(window=window, account=account, address=place)
 
 
-def _fold(username: str) -> str:
-    return username.strip().casefold()
+def _key(kind: str, ident: str) -> str:
+    # Hashed: a user name is attacker-chosen text, a cache key must be short and plain.
+    digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"login-fail:{kind}:{digest}"
 
 
 def login_throttle() -> LoginThrottle:
@@ -133,6 +157,48 @@ def login_throttle() -> LoginThrottle:
         per_account=settings.AGENTCONSOLE_LOGIN_FAILURES_PER_ACCOUNT,
         per_address=settings.AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS,
     )
+
+
+class ThrottledModelBackend(ModelBackend):
+    """Django's ModelBackend behind the sign-in throttle (the module docstring's steps 1-4)."""
+
+    def authenticate(
+        self, request: Any, username: Any = None, password: Any = None, **kwargs: Any
+    ) -> Any:
+        if username is None:
+            username = kwargs.get(get_user_model().USERNAME_FIELD)
+        if not isinstance(username, str) or password is None:
+            return None  # nothing that could sign in, so no password is checked
+        name = normalize_username(username)
+        attempt = login_throttle().reserve(name, client_address(request))
+        user = super().authenticate(request, username=name, password=password)
+        if user is not None:
+            attempt.succeeded()
+        return user
+
+    async def aauthenticate(
+        self, request: Any, username: Any = None, password: Any = None, **kwargs: Any
+    ) -> Any:
+        # The same path (the cache calls are synchronous): no door skips the throttle.
+        return await sync_to_async(self.authenticate)(
+            request, username=username, password=password, **kwargs
+        )
+
+
+def sign_in_page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """An HTML sign-in view (/login/, /admin/login/): a throttled attempt is the console's error
+    page, 429 with Retry-After (the API's view gets the same from DRF's handler)."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        try:
+            return view(request, *args, **kwargs)
+        except LoginThrottled as exc:
+            response = page_error(request, "LOGIN_THROTTLED", str(exc.detail), status=429)
+            response["Retry-After"] = str(exc.wait)
+            return response
+
+    return wrapped
 
 
 def client_address(request: HttpRequest | None) -> str:
@@ -150,22 +216,7 @@ def client_address(request: HttpRequest | None) -> str:
     return request.META.get("REMOTE_ADDR") or "unknown"
 
 
-def username_of(data: Any) -> str:
-    value = data.get("username") if hasattr(data, "get") else None
-    return value if isinstance(value, str) else ""
-
-
 # --- signals (connected in agentconsole/apps.py) ---------------------------------------------
-
-
-def on_login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kw: Any):
-    """Every failed ``authenticate()`` (API token view, admin login) counts."""
-    username = credentials.get("username")
-    login_throttle().failed(username if isinstance(username, str) else "", client_address(request))
-
-
-def on_logged_in(sender: Any, request: Any, user: Any, **kw: Any) -> None:
-    login_throttle().succeeded(user.get_username())
 
 
 def on_user_saved(sender: Any, instance: Any, update_fields: Any = None, **kw: Any) -> None:

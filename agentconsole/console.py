@@ -6,39 +6,21 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
+from django.utils.decorators import method_decorator
 
 from agentconsole import auth
 from policy.pages import role_required, signed_in
 from policy.roles import is_operator, is_reviewer
 
 
+@method_decorator(auth.sign_in_page, name="dispatch")
 class LoginView(auth_views.LoginView):
-    """Django's login; refused while the account or the address is throttled (the same counts
-    as the API's token endpoint and the admin's login: agentconsole/auth.py)."""
+    """Django's login. Its form calls ``authenticate``, whose backend applies the sign-in
+    throttle shared with the API's token view and the admin's login (agentconsole/auth.py)."""
 
     template_name = "registration/login.html"
     redirect_authenticated_user = True
-
-    def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
-        wait = auth.login_throttle().wait(
-            auth.username_of(request.POST), auth.client_address(request)
-        )
-        if wait:
-            response = render(
-                request,
-                "console/error.html",
-                {
-                    "code": "LOGIN_THROTTLED",
-                    "message": f"Too many failed sign-ins for this account or from this "
-                    f"address. Try again in {wait} seconds.",
-                    "status": 429,
-                },
-                status=429,
-            )
-            response["Retry-After"] = str(wait)
-            return response
-        return super().post(request, *args, **kwargs)
 
 
 @role_required(signed_in)

@@ -298,13 +298,13 @@ AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS = int(
 AGENTCONSOLE_CLIENT_IP_HEADER = os.environ.get("AGENTCONSOLE_CLIENT_IP_HEADER", "").strip()
 # API tokens expire this long after they were created (7 days).
 AGENTCONSOLE_TOKEN_TTL_S = float(os.environ.get("AGENTCONSOLE_TOKEN_TTL_S", str(7 * 24 * 3600)))
+AUTHENTICATION_BACKENDS = ["agentconsole.auth.ThrottledModelBackend"]  # every sign-in: throttled
 REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
     # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
     "agentconsole.auth.ExpiringTokenAuthentication",
     "rest_framework.authentication.SessionAuthentication",
 ]
-# The throttle's counts must be shared by every web process: Redis when REDIS_URL is set;
-# otherwise memory of the one process (the embedded mode runs one daphne process).
+# Rate counts, shared by every web process: Redis with REDIS_URL; else the one process's memory.
 if REDIS_URL:
     CACHES = {
         "default": {
@@ -406,8 +406,8 @@ AGENTCONSOLE_MAX_DEADLINE_MS = int(os.environ.get("AGENTCONSOLE_MAX_DEADLINE_MS"
 AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT = int(
     os.environ.get("AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT", "20000")
 )
-# Run creation requests per user (DRF throttle rate, "<n>/<sec|min|hour|day>"; "" = off). The
-# count lives in the default cache: point CACHES at Redis when several web processes serve.
+# Runs a user may start per period ("<n>/<sec|min|hour|day>"; "" = off), API and console alike
+# (runs/limits.py), counted in the default cache: Redis when several web processes serve.
 AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "30/min")
 # Fairness: a worker advances a run for at most this many planner steps, then hands it back to
 # the end of the queue so other subjects' runs interleave (0 = until it waits or ends).

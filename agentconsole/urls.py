@@ -5,7 +5,6 @@ from django.urls import include, path
 from django.views.decorators.http import require_GET
 
 from agentconsole import auth, console, health, metrics
-from agentconsole.errors import error_response
 
 
 @require_GET
@@ -14,23 +13,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+@auth.sign_in_page
 def admin_login(request: HttpRequest) -> HttpResponse:
-    """The admin's login page, refused with 429 while the account or the address is throttled
-    (issue 9 item 8; failures are counted by the user_login_failed signal)."""
-    if request.method == "POST":
-        wait = auth.login_throttle().wait(
-            auth.username_of(request.POST), auth.client_address(request)
-        )
-        if wait:
-            response = error_response(
-                request,
-                429,
-                "LOGIN_THROTTLED",
-                f"Too many failed sign-ins for this account or from this address. "
-                f"Try again in {wait} seconds.",
-            )
-            response["Retry-After"] = str(wait)
-            return response
+    """The admin's login page, under the sign-in throttle (agentconsole/auth.py) like every
+    door: the throttle is in ``authenticate``; this only shows its 429 as a page."""
     return admin.site.login(request)
 
 
@@ -42,7 +28,7 @@ urlpatterns = [
     path("", include("runs.urls")),
     path("", include("policy.urls")),
     path("", include("memory.urls")),
-    # Before admin.site.urls: the same path, throttled.
+    # Before admin.site.urls: the same path, its 429 shown as a page.
     path("admin/login/", admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
     path("api/", include("agentconsole.api_urls")),

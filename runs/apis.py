@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, Throttled
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import BaseThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 from agentconsole import wiring
@@ -119,44 +117,18 @@ class RunCreateIn(StrictSerializer):
     profile = serializers.CharField(max_length=63, required=False)
 
 
-class RunCreateThrottled(Throttled):
-    default_code = "run_create_throttled"  # the API's code: RUN_CREATE_THROTTLED
-
-
 class LimitReached(Throttled):
-    """A per-subject limit that waiting lifts (today's step quota): 429 with Retry-After and
-    the limit's own code, through the API's one exception handler."""
+    """A limit that waiting lifts (today's step quota, the creation rate): 429 with Retry-After
+    and the limit's own code, through the API's one exception handler."""
 
     def __init__(self, exc: LimitError) -> None:
         super().__init__(wait=exc.retry_after_s, detail=exc.message)
         self.default_code = exc.code.lower()
 
 
-class RunCreateThrottle(UserRateThrottle):
-    """Run creations per user (``AGENTCONSOLE_RUN_CREATE_RATE``), counted in the default cache.
-
-    Its own settings key, not ``DEFAULT_THROTTLE_RATES``: the rate is an agentconsole limit
-    with the others (settings: "Per-subject limits"). A refusal raises here, so the code names
-    this throttle even when other throttles apply to the view too.
-    """
-
-    scope = "run_create"
-
-    def get_rate(self) -> str | None:
-        return settings.AGENTCONSOLE_RUN_CREATE_RATE or None
-
-    def allow_request(self, request: Request, view: APIView) -> bool:
-        if super().allow_request(request, view):
-            return True
-        raise RunCreateThrottled(self.wait())
-
-
 class RunListCreate(APIView):
-    def get_throttles(self) -> list[BaseThrottle]:
-        throttles = list(super().get_throttles())
-        if self.request.method == "POST":
-            throttles.append(RunCreateThrottle())
-        return throttles
+    # The creation rate (AGENTCONSOLE_RUN_CREATE_RATE) is counted in services.run_create, for
+    # this view and the console's /runs/new/ alike (runs/limits.py).
 
     @extend_schema(
         parameters=[

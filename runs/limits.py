@@ -12,7 +12,13 @@ own name), so every limit counts per subject:
 - ``daily_steps``: planner steps per subject per UTC day, counted where a step is spent (the
   runner, before it asks the planner); a run that meets the quota mid-flight stops with
   DAILY_STEP_QUOTA_EXHAUSTED and a handoff, like MAX_STEPS_REACHED; a create while the quota is
-  spent is refused with the time until the next day.
+  spent is refused with the time until the next day;
+- ``create_rate``: runs a person may start per period (``"30/min"``), counted per user who asks
+  (the run's owner) in ``run_create`` itself, so the API and the console's ``/runs/new/`` share
+  one count and no door can skip it (issue 21 item 7: the console's page did). The count is
+  ``policy.ratelimit``'s, a place reserved atomically before the run is created, so simultaneous
+  requests do not pass it either. Callers that act on nobody's request are not counted: they
+  pass no owner, or (the scenario runner, which the demo loader uses) limits without the rate.
 
 A limit of 0 switches that limit off. Values come from settings (env-driven, see the
 "Per-subject limits" block in agentconsole/settings.py); callers that need other values (a
@@ -22,13 +28,17 @@ benchmark) pass their own ``RunLimits``.
 from __future__ import annotations
 
 import datetime as dt
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import caches
 from django.db.models import Case, F, Q, Value, When
 
 from policy.domain.errors import DomainError
+from policy.ratelimit import SlidingWindow, WindowFull, parse_rate
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL
 from runs.models import Run, SubjectUsage
@@ -57,13 +67,22 @@ class DeadlineTooFar(LimitError):
     http_status = 400
 
 
-class DailyStepQuotaExhausted(LimitError):
-    code = "DAILY_STEP_QUOTA_EXHAUSTED"
+class WaitingLifts(LimitError):
+    """A refusal that waiting lifts: 429 with Retry-After at every door."""
+
     http_status = 429
 
     def __init__(self, message: str, *, retry_after_s: int, **extra: Any) -> None:
         super().__init__(message, retry_after_s=retry_after_s, **extra)
         self.retry_after_s = retry_after_s
+
+
+class DailyStepQuotaExhausted(WaitingLifts):
+    code = "DAILY_STEP_QUOTA_EXHAUSTED"
+
+
+class RunCreateThrottled(WaitingLifts):
+    code = "RUN_CREATE_THROTTLED"
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,7 @@ class RunLimits:
     max_steps_per_run: int
     max_deadline_ms: int
     daily_steps: int
+    create_rate: str = ""  # "<n>/<sec|min|hour|day>"; "" = off
 
     @classmethod
     def from_settings(cls) -> RunLimits:
@@ -80,6 +100,7 @@ class RunLimits:
             max_steps_per_run=settings.AGENTCONSOLE_MAX_STEPS_PER_RUN,
             max_deadline_ms=settings.AGENTCONSOLE_MAX_DEADLINE_MS,
             daily_steps=settings.AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT,
+            create_rate=settings.AGENTCONSOLE_RUN_CREATE_RATE,
         )
 
     @classmethod
@@ -109,6 +130,34 @@ def check_budgets(budgets: RunBudgets, limits: RunLimits) -> None:
             deadline_ms=budgets.deadline_ms,
             ceiling=limits.max_deadline_ms,
         )
+
+
+_PER = {1: "a second", 60: "a minute", 3600: "an hour", 86400: "a day"}
+
+
+def create_rate_window(window_s: float, *, clock: Callable[[], float] = time.time) -> SlidingWindow:
+    """The run-creation counts: the default cache (Redis when REDIS_URL is set, so every web
+    process counts together). ``clock`` returns seconds; tests pass their own."""
+    return SlidingWindow(cache=caches["default"], clock=clock, window_s=window_s)
+
+
+def check_create_rate(*, owner: Any, limits: RunLimits) -> None:
+    """Take a place in ``owner``'s run-creation rate, or refuse with RUN_CREATE_THROTTLED and
+    the seconds until one is free. A refused create holds no place; one refused later (an
+    active-runs limit) keeps it: the rate counts requests to start, as the API's did."""
+    if owner is None or not limits.create_rate:
+        return
+    count, period_s = parse_rate(limits.create_rate)
+    try:
+        create_rate_window(period_s).take(f"run-create:{owner.pk}", count)
+    except WindowFull as full:
+        raise RunCreateThrottled(
+            f"Too many runs started: at most {count} {_PER.get(period_s, f'per {period_s} s')}. "
+            f"Try again in {full.wait} seconds.",
+            retry_after_s=full.wait,
+            limit=count,
+            period_s=period_s,
+        ) from None
 
 
 def check_subject(*, subject: str, limits: RunLimits, now_ms: int) -> None:

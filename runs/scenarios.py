@@ -7,6 +7,7 @@ capability, say) becomes a recorded ``PARSE_ERROR`` rejection at run time, never
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Annotated, Any, Literal
 
@@ -20,6 +21,7 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.ids import INPUT_ID_PATTERN
 from runs.domain.machine import Status
 from runs.faults import FaultPlan
+from runs.limits import RunLimits
 
 MAX_SCENARIO_BYTES = 1024 * 1024
 
@@ -113,7 +115,12 @@ def create_run(
     queue: str | None = None,
     ctx: RunsContext | None = None,
 ) -> Any:
-    """The run a scenario describes: grants and confirmations bound to its new id."""
+    """The run a scenario describes: grants and confirmations bound to its new id.
+
+    The subject's limits apply as to every run; the per-user creation rate does not: a scenario
+    file (the demo's runs, ``run_fixture``) is no person's request, even where it names the
+    run's owner."""
+    limits = dataclasses.replace(RunLimits.from_settings(), create_rate="")
     return services.run_create(
         subject=scenario.subject,
         goal=scenario.goal,
@@ -125,6 +132,7 @@ def create_run(
         faults=scenario.faults.model_dump() if scenario.faults else None,
         enqueue=enqueue,
         queue=queue,
+        limits=limits,
         ctx=ctx,
     )
 

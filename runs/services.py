@@ -35,7 +35,7 @@ from runs.domain.machine import Status
 from runs.domain.state import RunState
 from runs.fault_switch import require_faults_enabled
 from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
-from runs.limits import RunLimits, check_budgets, check_subject
+from runs.limits import RunLimits, check_budgets, check_create_rate, check_subject
 from runs.models import Run
 
 
@@ -87,6 +87,9 @@ def run_create(
     # API, the scenario runner and the commands share them.
     limits = RunLimits.from_settings() if limits is None else limits
     check_budgets(budgets, limits)
+    # The creation rate of the person asking, before anything is written; every door that
+    # starts a run for a person comes through here (issue 21 item 7).
+    check_create_rate(owner=owner, limits=limits)
     context = resolve(ctx)
     state = RunState(
         run_id=run_id,

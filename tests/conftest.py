@@ -4,6 +4,7 @@ Layout mirrors the code: tests/domain (no database), tests/conformance, tests/se
 tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
 """
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,17 @@ import pytest
 
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
+
+
+@pytest.fixture(autouse=True)
+def private_cache(settings: Any) -> None:
+    """The sign-in throttle and the run-creation rate count in the cache (Redis with REDIS_URL,
+    kept between runs): a key prefix per test, so no test inherits another's failed sign-ins or
+    started runs (user ids repeat from test to test)."""
+    caches = {name: dict(config) for name, config in settings.CACHES.items()}
+    for config in caches.values():
+        config["KEY_PREFIX"] = f"test-{uuid.uuid4().hex[:12]}"
+    settings.CACHES = caches  # Django drops its cache connections on this change
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from policy.roles import is_operator
 from policy.status import domain_status
 from runs import profiles
 from runs.domain.profiles import ProfileBudgets
+from runs.limits import LimitError
 from runs.views.profile_forms import ProfileForm, StartRunForm, initial_from
 
 FORM_INVALID = "FORM_INVALID"
@@ -174,12 +175,21 @@ def run_new(request: HttpRequest) -> HttpResponse:
             error["code"] = profiles.ProfileNotFound.code
         context = {"form": form, "choices": choices, "error": error}
         return render(request, "console/profiles/new_run.html", context, status=status)
-    state = profiles.run_from_profile(
-        user=request.user,
-        ref=form.cleaned_data["profile"],
-        goal=form.cleaned_data["goal"],
-        ctx=wiring.context(),
-    )
+    try:
+        state = profiles.run_from_profile(
+            user=request.user,
+            ref=form.cleaned_data["profile"],
+            goal=form.cleaned_data["goal"],
+            ctx=wiring.context(),
+        )
+    except LimitError as exc:
+        # The creation rate, the active runs, today's steps: the form again as typed, with the
+        # limit's code and status (429), and Retry-After when waiting lifts it.
+        context = {"form": form, "choices": choices, "error": _refusal(form, exc)[0]}
+        page = render(request, "console/profiles/new_run.html", context, status=domain_status(exc))
+        if exc.retry_after_s:
+            page["Retry-After"] = str(exc.retry_after_s)
+        return page
     return redirect(f"/runs/{state.run_id}/")
 
 

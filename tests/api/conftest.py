@@ -40,34 +40,9 @@ def quiet_client_errors(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.fixture(autouse=True)
-def private_cache(settings: Any) -> None:
-    """The sign-in throttle counts in the cache (Redis with REDIS_URL): a key prefix per test, so
-    no test inherits another's failed sign-ins."""
-    import uuid
-
-    caches = {name: dict(config) for name, config in settings.CACHES.items()}
-    for config in caches.values():
-        config["KEY_PREFIX"] = f"test-{uuid.uuid4().hex[:12]}"
-    settings.CACHES = caches  # Django drops its cache connections on this change
-
-
-@pytest.fixture(autouse=True)
 def run_output_root(settings: Any, tmp_path: Path) -> Path:
     settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(tmp_path)
     return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def fresh_run_create_throttle(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test counts its own run creations (the throttle's cache would otherwise carry the
-    count of earlier tests' users, whose ids the flush reuses)."""
-    import uuid
-
-    from django.core.cache.backends.locmem import LocMemCache
-
-    from runs.apis import RunCreateThrottle
-
-    monkeypatch.setattr(RunCreateThrottle, "cache", LocMemCache(uuid.uuid4().hex, {}))
 
 
 class Enqueued(list):

@@ -3,6 +3,8 @@ view and on the admin's login page; a refusal is 429 with Retry-After. Time is a
 
 from __future__ import annotations
 
+import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -126,6 +128,60 @@ def test_the_admin_login_page_is_throttled(people: kit.People, clock: Clock) -> 
     assert admin.user.username == "staff"
 
 
+# --- issue 21 item 4: one normalisation of a user name decides sign-in and throttle ----------
+
+WIDE = "\uff56\uff49\uff43\uff54\uff49\uff4d\uff12"  # "victim2" typed in fullwidth forms
+
+
+def page_sign_in(path: str, username: str, password: str, address: str = "198.51.100.9") -> Any:
+    return Client(REMOTE_ADDR=address).post(path, {"username": username, "password": password})
+
+
+@pytest.mark.parametrize("path", ["/login/", "/admin/login/"])
+def test_a_fullwidth_name_counts_for_the_account_it_signs_in_as(clock: Clock, path: str) -> None:
+    """issue 21 item 4: the form signs ``\uff56\uff49\uff43...`` in as victim2 (NFKC), but the
+    throttle counted the name as typed: after 5 failures the fullwidth spelling still signed in,
+    and 30 wrong guesses as the fullwidth name were never answered 429."""
+    kit.make_persona("victim2", superuser=True)
+    # Each guess from its own address: the account's rule alone must stop them.
+    answers = [
+        page_sign_in(path, WIDE, f"guess-{i}", f"203.0.113.{i}").status_code for i in range(30)
+    ]
+    assert answers[:5] == [200] * 5  # the form again, with its error
+    assert set(answers[5:]) == {429}, answers
+    # The right password is refused too, in either spelling: it is one account.
+    for name in (WIDE, "victim2"):
+        refused = page_sign_in(path, name, kit.PASSWORD)
+        assert refused.status_code == 429
+        assert b"Too many failed sign-ins" in refused.content
+    kit.assert_error(sign_in("victim2", kit.PASSWORD), 429, "LOGIN_THROTTLED")
+
+
+def test_ascii_failures_throttle_the_fullwidth_spelling(clock: Clock) -> None:
+    """The other way round: 5 failures as ``victim2`` block ``\uff56...`` on every door."""
+    kit.make_persona("victim2")
+    for i in range(5):
+        assert page_sign_in("/login/", "victim2", f"guess-{i}").status_code == 200
+    assert page_sign_in("/login/", WIDE, kit.PASSWORD).status_code == 429
+    kit.assert_error(sign_in(WIDE, kit.PASSWORD), 429, "LOGIN_THROTTLED")
+
+
+def test_every_door_signs_in_the_name_it_counts(clock: Clock) -> None:
+    """One normalisation, the form's (Django's NFKC), on every door: the API signs the
+    fullwidth spelling in as victim2 too (before, it refused a name the pages accepted), and
+    the throttle's account is the account that signed in."""
+    from django.contrib.auth.forms import AuthenticationForm
+
+    kit.make_persona("victim2")
+    assert kit.assert_ok(sign_in(WIDE, kit.PASSWORD))["token"]
+    form_field = AuthenticationForm().fields["username"]
+    for typed in (WIDE, " victim2 ", "victim\u2082", "\ufb01le", "Victim2"):
+        assert auth.normalize_username(typed) == form_field.clean(typed)
+    for i in range(5):
+        assert sign_in(WIDE, f"guess-{i}").status_code == 400
+    kit.assert_error(sign_in("victim2", kit.PASSWORD), 429, "LOGIN_THROTTLED")
+
+
 def test_the_client_address_header_behind_a_proxy(
     people: kit.People, clock: Clock, settings: Any
 ) -> None:
@@ -150,10 +206,24 @@ def test_the_client_address_header_behind_a_proxy(
 def make(clock: Clock, per_account: int = 5, per_address: int = 100) -> auth.LoginThrottle:
     from django.core.cache.backends.locmem import LocMemCache
 
-    cache = LocMemCache(f"throttle-{id(clock)}", {})
+    # A name of its own: local-memory caches of one name share their data, and ids of freed
+    # objects come back, so a name from id(clock) could hand a test an earlier test's counts.
+    cache = LocMemCache(f"throttle-{uuid.uuid4().hex}", {})
     return auth.LoginThrottle(
         cache=cache, clock=clock, window_s=900, per_account=per_account, per_address=per_address
     )
+
+
+def fail(throttle: auth.LoginThrottle, n: int = 1, name: str = "alice") -> None:
+    """``n`` attempts whose password was wrong: each keeps its place."""
+    for _ in range(n):
+        throttle.reserve(name, "a")
+
+
+def refused_for(throttle: auth.LoginThrottle, name: str = "alice") -> int:
+    with pytest.raises(auth.LoginThrottled) as refused:
+        throttle.reserve(name, "a")
+    return int(refused.value.wait)
 
 
 def test_the_window_slides_without_a_burst_at_its_edge() -> None:
@@ -161,28 +231,60 @@ def test_the_window_slides_without_a_burst_at_its_edge() -> None:
     guess fits there, not five (a fixed window would allow five at once)."""
     clock = Clock(900 * 1000 + 899)  # one second before a window ends
     throttle = make(clock)
-    for _ in range(5):
-        throttle.failed("alice", "a")
-    wait = throttle.wait("alice", "a")
-    assert wait == 2  # just past the window's end, where the weight of the five starts to fall
+    fail(throttle, 5)
+    assert refused_for(throttle) == 2  # just past the window's end, where the five start to fall
     clock.now += 2  # one second into the next window
-    assert throttle.wait("alice", "a") == 0
-    throttle.failed("alice", "a")
-    wait = throttle.wait("alice", "a")
+    fail(throttle)
+    wait = refused_for(throttle)
     assert wait > 100  # 1 + 5 * (1 - f) < 5 only when f > 1/5 of the window
-    clock.now += wait
-    assert throttle.wait("alice", "a") == 0
-    clock.now -= 1
-    assert throttle.wait("alice", "a") > 0
+    clock.now += wait - 1
+    assert refused_for(throttle) == 1
+    clock.now += 1
+    fail(throttle)
 
 
 def test_old_failures_are_forgotten() -> None:
     clock = Clock(900 * 1000)
     throttle = make(clock)
-    for _ in range(4):
-        throttle.failed("alice", "a")
-    assert throttle.wait("alice", "a") == 0
+    fail(throttle, 4)
     clock.now += 2 * 900
-    for _ in range(4):
-        throttle.failed("alice", "a")
-    assert throttle.wait("alice", "a") == 0  # 4 + nothing left of the old 4
+    fail(throttle, 5)  # 5 fit: nothing left of the old 4
+    refused_for(throttle)
+
+
+def test_a_refused_attempt_holds_no_place() -> None:
+    """A 429 is not a failure: refusals do not lengthen the block, and a success gives the
+    address its place back (it counts failures, not sign-ins)."""
+    clock = Clock(900 * 1000)
+    throttle = make(clock, per_account=5, per_address=6)
+    fail(throttle, 5)
+    for _ in range(10):
+        refused_for(throttle)
+    throttle.reserve("bob", "a").succeeded()
+    throttle.reserve("bob", "a").succeeded()
+    fail(throttle, 1, name="carol")  # the address's sixth failure
+    assert refused_for(throttle, "dave") > 0
+
+
+def test_simultaneous_reservations_take_at_most_the_limit() -> None:
+    """The local-memory cache (the embedded deployment) increments under its lock: 40 threads
+    reserving at once for one account get 5 places (tests/api/test_login_concurrency.py does
+    this over HTTP, on Redis)."""
+    throttle = make(Clock(900 * 1000))
+    barrier = threading.Barrier(40)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        barrier.wait(timeout=30)
+        try:
+            throttle.reserve("alice", "a")
+            outcomes.append("checked")
+        except auth.LoginThrottled:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=attempt) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["checked"] * 5 + ["refused"] * 35

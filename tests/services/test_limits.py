@@ -6,6 +6,7 @@ caller injects, never the wall clock.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -16,9 +17,10 @@ from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
-from runs.limits import DAY_MS, OrmStepQuota, RunLimits
+from runs.limits import DAY_MS, OrmStepQuota, RunCreateThrottled, RunLimits
 from runs.scenarios import parse_scenario, run_scenario
 from tests.services.services_kit import SEARCH_GRANT
+from tests.support.personas import make_user
 from tests.support.races import THREADS, race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -158,3 +160,38 @@ def test_the_scenario_runner_meets_the_same_limits(settings: Any) -> None:
         run_scenario(parse_scenario(text))
     assert refused.value.code == "STEP_BUDGET_TOO_LARGE"
     assert not m.Run.objects.exists()
+
+
+def test_the_creation_rate_holds_for_simultaneous_creates(
+    postgres_only: None, settings: Any
+) -> None:
+    """issue 21 item 7: the creation rate is counted in ``run_create`` (every door that starts a
+    run for a person, the console's page included), with a place reserved before the run is
+    written: 20 simultaneous creates by one owner at 5 an hour make 5 runs, each other one is
+    RUN_CREATE_THROTTLED with a wait. A create on nobody's request (no owner; a scenario file,
+    as the demo loader runs them, even one naming an owner) is not counted."""
+    settings.AGENTCONSOLE_RUN_CREATE_RATE = "5/hour"
+    owner = make_user("alice", "user")
+    limits = dataclasses.replace(RunLimits.off(), create_rate="5/hour")
+
+    def start(i: int) -> str:
+        return services.run_create(
+            subject="alice",
+            goal=f"g{i}",
+            budgets=RunBudgets(max_steps=8, max_tool_calls=4),
+            grants=[],
+            planner={"kind": "fixture", "outputs": []},
+            owner=owner,
+            limits=limits,
+        ).run_id
+
+    answers = race(start, THREADS)
+    made = [a for a in answers if isinstance(a, str)]
+    throttled = [a for a in answers if isinstance(a, RunCreateThrottled)]
+    assert (len(made), len(throttled)) == (5, THREADS - 5), answers
+    assert all(0 < (t.retry_after_s or 0) <= 3600 for t in throttled)
+    assert m.Run.objects.filter(owner=owner).count() == 5
+    create(limits=limits)  # no owner: not counted
+    scenario = {"subject": "alice", "goal": "g", "planner": [{"kind": "final", "answer": "ok"}]}
+    run_scenario(parse_scenario(json.dumps(scenario)), owner=owner)
+    assert m.Run.objects.filter(owner=owner).count() == 6
