@@ -112,6 +112,33 @@ def model_endpoints() -> dict[str, dict[str, Any]]:
     return out
 
 
+def proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto`` -> ("HTTP_X_FORWARDED_PROTO", "https"). Set it only behind a proxy
+    that terminates TLS and always sets (overwrites) that header: a client could send it too."""
+    name = value.strip()
+    if not name:
+        return None
+    return "HTTP_" + name.upper().replace("-", "_"), "https"
+
+
+def model_calls() -> tuple[str, float, float]:
+    """(AGENTCONSOLE_MODEL_CALLS, AGENTCONSOLE_GATEWAY_LEASE_S, AGENTCONSOLE_GATEWAY_POLL_S).
+
+    "gateway" (the default): a worker records a model planner's request and lets go of the run;
+    the gateway process (``manage.py gateway``) makes the call and sends the run back with the
+    reply recorded. "inline": the worker calls the model and waits (one run thinking per worker
+    process). A gateway holds each call under a lease it renews; once a dead gateway's lease
+    lapses another sends the call again (a second attempt, recorded). Without Redis no doorbell
+    rings: an idle gateway looks for requests every poll interval.
+    """
+    mode = os.environ.get("AGENTCONSOLE_MODEL_CALLS", "gateway").strip().lower()
+    if mode not in ("gateway", "inline"):
+        raise RuntimeError("AGENTCONSOLE_MODEL_CALLS must be 'gateway' or 'inline'")
+    lease_s = float(os.environ.get("AGENTCONSOLE_GATEWAY_LEASE_S", "30"))
+    poll_s = float(os.environ.get("AGENTCONSOLE_GATEWAY_POLL_S", "0.2"))
+    return mode, lease_s, poll_s
+
+
 def postgres_pool() -> dict[str, Any]:
     """The per-process PostgreSQL connection pool (Django's ``OPTIONS["pool"]``, psycopg_pool).
 

@@ -65,18 +65,9 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 
 
-def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
-    """``X-Forwarded-Proto`` -> ("HTTP_X_FORWARDED_PROTO", "https"). Set it only behind a proxy
-    that terminates TLS and always sets (overwrites) that header: a client could send it too."""
-    name = value.strip()
-    if not name:
-        return None
-    return "HTTP_" + name.upper().replace("-", "_"), "https"
-
-
 # A request that carries this header with the value "https" is treated as secure (is_secure(),
 # the CSRF origin check, the websocket origin check).
-SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
+SECURE_PROXY_SSL_HEADER = env.proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 
 INSTALLED_APPS = [
     # daphne first: it replaces `runserver` with an ASGI server that also speaks websockets.
@@ -422,26 +413,12 @@ AGENTCONSOLE_WORKER_SLICE_STEPS = int(os.environ.get("AGENTCONSOLE_WORKER_SLICE_
 # AGENTCONSOLE_MODEL_TIMEOUT_S), named by AGENTCONSOLE_MODEL_ENDPOINT (default "default").
 # Several: AGENTCONSOLE_MODEL_ENDPOINTS, a JSON object {"<name>": {"base_url", "model",
 # "timeout_s", "max_attempts", "max_output_tokens", "max_in_flight", "api_key_env"}}, where
-# "api_key_env" names the environment variable holding that endpoint's key (the key itself is
-# never in the JSON). "max_in_flight" (default 64; AGENTCONSOLE_MODEL_MAX_IN_FLIGHT for the one
-# endpoint) bounds the calls in flight to it over every gateway process.
-
-
+# "api_key_env" names the environment variable holding that endpoint's key (never the key).
 AGENTCONSOLE_MODEL_ENDPOINTS: dict[str, dict[str, Any]] = env.model_endpoints()
-
-# --- Calls runs wait on (issue 22; runs/calls/) --------------------------------------------------
-# "gateway" (the default): a worker records a model planner's request and lets go of the run; the
-# gateway process (`manage.py gateway`, scripts/gateway.sh) makes the call, asyncio, and sends
-# the run back to a worker with the reply recorded. "inline": the worker calls the model itself
-# and waits (a deployment without a gateway process; one run thinking per worker process).
-AGENTCONSOLE_MODEL_CALLS = os.environ.get("AGENTCONSOLE_MODEL_CALLS", "gateway").strip().lower()
-if AGENTCONSOLE_MODEL_CALLS not in ("gateway", "inline"):
-    raise RuntimeError("AGENTCONSOLE_MODEL_CALLS must be 'gateway' or 'inline'")
-# A gateway holds each call it sends under a lease it renews while the call runs; a gateway that
-# dies stops renewing, and once the lease lapses another gateway sends the call again (a second
-# attempt, recorded). How often an idle gateway looks for work without a doorbell (no Redis).
-AGENTCONSOLE_GATEWAY_LEASE_S = float(os.environ.get("AGENTCONSOLE_GATEWAY_LEASE_S", "30"))
-AGENTCONSOLE_GATEWAY_POLL_S = float(os.environ.get("AGENTCONSOLE_GATEWAY_POLL_S", "0.2"))
+# Calls runs wait on (issue 22; runs/calls/; README "Runs in flight"): env.model_calls().
+AGENTCONSOLE_MODEL_CALLS, AGENTCONSOLE_GATEWAY_LEASE_S, AGENTCONSOLE_GATEWAY_POLL_S = (
+    env.model_calls()
+)
 # The client libraries log request bodies (observations, preferences) at DEBUG and URLs at
 # INFO: keep them to warnings, whatever the root level says.
 LOGGING["loggers"] = {

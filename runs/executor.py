@@ -19,7 +19,7 @@ from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.redaction import scrub
 from policy.domain.registry import ToolRegistry
 from runs.domain.clock import SYSTEM_CLOCK
-from runs.domain.runner import Execution
+from runs.domain.ports import Execution
 from runs.domain.state import RunState
 
 log = logging.getLogger(__name__)

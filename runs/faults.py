@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from policy.domain.contracts import CancelSignal, ToolContext, ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.outcomes import ToolOutcome
-from runs.domain.runner import Execution
+from runs.domain.ports import Execution
 from runs.domain.state import RunState
 from runs.executor import ThreadExecutor
 from runs.fault_switch import faults_enabled

@@ -24,7 +24,7 @@ import asyncio
 import functools
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -63,7 +63,7 @@ class Gateway:
         clock: Clock = SYSTEM_CLOCK,
         observe: Observe | None = None,
         client_for: Callable[[ModelEndpoint], Any] = ep.client_for,
-        doorbell: Callable[[asyncio.Event], Awaitable[None]] | None = None,
+        doorbell: Callable[[asyncio.Event], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.endpoints = dict(endpoints)
         self.owner = owner
@@ -273,10 +273,10 @@ class Gateway:
             try:
                 now = as_datetime(self.clock.now_ms())
                 owed = await self._in_db(
-                    lambda b=batch, n=now: records.settle(b, owner=self.owner, now=n)
+                    functools.partial(records.settle, batch, owner=self.owner, now=now)
                 )
                 samples, self._latencies = self._latencies, []
-                await self._in_db(lambda o=owed, s=samples: self._after_settle(o, s))
+                await self._in_db(functools.partial(self._after_settle, owed, samples))
             except Exception:  # the database is away: the leases lapse, the calls go again
                 log.exception("gateway: could not record %d attempt(s)", len(batch))
             finally:

@@ -3,14 +3,19 @@ adapter (``runs.store``) implement them and pass one conformance suite."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.domain.working import WorkingItem
 from policy.domain.confirmations import Confirmation
+from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from policy.domain.outcomes import ToolOutcome, Verification
 from runs.domain.calls import CallRecord
 from runs.domain.commits import Commit, Lookups
 from runs.domain.state import RunState
@@ -61,3 +66,48 @@ class RunStore(Protocol):
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed and whose outcome did not, with its attempt."""
         ...
+
+
+@dataclass(frozen=True)
+class Execution:
+    outcome: ToolOutcome
+    verification: Verification | None
+    output_violation: str | None
+    reconciled: bool
+    duration_ms: int
+
+
+class Executor(Protocol):
+    def run(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        cancel: CancelSignal,
+    ) -> Execution: ...
+
+    def recover(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        cancel: CancelSignal,
+    ) -> tuple[str, Execution]: ...
+
+
+# Wraps a tool's execution: renews the worker's lease and turns a "cancelling" run into a
+# cancel signal for the running tool. The default watches nothing (in-process runs).
+Watch = Callable[[str, CancelSignal], AbstractContextManager[None]]
+
+
+@contextlib.contextmanager
+def no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
+    yield
+
+
+class StepQuota(Protocol):
+    """A subject's daily step quota (``runs.limits``): one unit taken before each planner step."""
+
+    def take(self, subject: str, now_ms: int) -> bool: ...
+
+    def give_back(self, subject: str, now_ms: int) -> None: ...

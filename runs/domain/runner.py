@@ -10,19 +10,17 @@ authoritative state and decides again.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.grants import CapabilityGrant
-from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
+from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
 from runs.domain import telemetry as tel
@@ -41,7 +39,7 @@ from runs.domain.planning import (
     failure_details,
     unwrap,
 )
-from runs.domain.ports import RunStore
+from runs.domain.ports import Execution, Executor, RunStore, StepQuota, Watch, no_watch
 from runs.domain.settle import settle
 from runs.domain.state import RunState
 from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Span, Telemetry
@@ -49,51 +47,6 @@ from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Span, Telemetry
 log = logging.getLogger(__name__)
 
 MAX_CONFLICT_RETRIES = 50
-
-
-@dataclass(frozen=True)
-class Execution:
-    outcome: ToolOutcome
-    verification: Verification | None
-    output_violation: str | None
-    reconciled: bool
-    duration_ms: int
-
-
-class Executor(Protocol):
-    def run(
-        self,
-        command: ExecutableCommand,
-        contract: ToolContract,
-        state: RunState,
-        cancel: CancelSignal,
-    ) -> Execution: ...
-
-    def recover(
-        self,
-        command: ExecutableCommand,
-        contract: ToolContract,
-        state: RunState,
-        cancel: CancelSignal,
-    ) -> tuple[str, Execution]: ...
-
-
-# Wraps a tool's execution: renews the worker's lease and turns a "cancelling" run into a
-# cancel signal for the running tool. The default watches nothing (in-process runs).
-Watch = Callable[[str, CancelSignal], AbstractContextManager[None]]
-
-
-@contextlib.contextmanager
-def _no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
-    yield
-
-
-class StepQuota(Protocol):
-    """A subject's daily step quota (``runs.limits``): one unit taken before each planner step."""
-
-    def take(self, subject: str, now_ms: int) -> bool: ...
-
-    def give_back(self, subject: str, now_ms: int) -> None: ...
 
 
 # A run whose model call was abandoned while it still runs (never by design: a stop abandons).
@@ -145,7 +98,7 @@ class Runner:
         self.planner_for = planner_for
         self.clock = clock or SystemClock()
         self.context_extras = context_extras
-        self.watch = watch or _no_watch
+        self.watch = watch or no_watch
         self.quota = quota
         self.telemetry = telemetry or NOOP_TELEMETRY
         # Split a waiting planner's step at its model call (runs.domain.calls): the gateway
