@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.fault_switch import FaultsDisabled, require_faults_enabled
 from runs.faultlab import EXPERIMENTS, run_all
+from runs.faultlab_calls import EXPERIMENTS as CALL_EXPERIMENTS
 
 
 class Command(BaseCommand):
@@ -17,7 +18,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         parser.add_argument(
-            "--only", nargs="+", choices=[e.name for e in EXPERIMENTS], help="run only these"
+            "--only",
+            nargs="+",
+            choices=[e.name for e in EXPERIMENTS] + list(CALL_EXPERIMENTS),
+            help="run only these",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
