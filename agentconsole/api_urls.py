@@ -1,7 +1,10 @@
 """/api/ routes. The OpenAPI schema is at /api/schema/, a browsable view at /api/docs/."""
 
+from csp.constants import NONCE
+from csp.decorators import csp_update
 from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
+from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -57,6 +60,17 @@ class StrictObtainAuthToken(ObtainAuthToken):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+# The page's own policy: its start-up script is inline (it carries the CSRF token, which a script
+# file at a URL of its own would serve to any page that includes it), so it carries this
+# response's nonce; Swagger UI's stylesheet draws its icons as data: images.
+@method_decorator(csp_update({"script-src": [NONCE], "img-src": ["data:"]}), name="get")
+class ApiDocs(SpectacularSwaggerView):
+    """/api/docs/ under the console's Content-Security-Policy (templates/console/api_docs.html:
+    the script with the nonce, drf-spectacular's inline <style> as a static file)."""
+
+    template_name = "console/api_docs.html"
+
+
 # Exempt: a POST to no route is a 404, not Django's CSRF page (it reads and changes nothing).
 @csrf_exempt
 def _not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
@@ -67,7 +81,7 @@ def _not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonRes
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("docs/", ApiDocs.as_view(url_name="api-schema"), name="api-docs"),
     path("auth/token/", StrictObtainAuthToken.as_view(), name="api-token"),
     path("runs/", runs_api.RunListCreate.as_view(), name="api-runs"),
     path("profiles/", profile_apis.ProfileList.as_view(), name="api-profiles"),

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import dj_database_url
 
-from agentconsole import env
+from agentconsole import csp_policy, env
 from agentconsole.otel_env import otel_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -93,7 +93,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: sees every answer; under /api/ an error is always the JSON shape.
+    "csp.middleware.CSPMiddleware",  # its header on every answer, the next two's answers too
+    # Sees every answer; under /api/ an error is always the JSON shape.
     "agentconsole.errors.ApiErrorMiddleware",
     "agentconsole.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -107,6 +108,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+CONTENT_SECURITY_POLICY = csp_policy.CONTENT_SECURITY_POLICY  # issue 21 item 10 (csp_policy.py)
 
 ROOT_URLCONF = "agentconsole.urls"
 WSGI_APPLICATION = "agentconsole.wsgi.application"
@@ -313,8 +315,7 @@ else:
 AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"))
 
 # Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
-AGENTCONSOLE_TOOLS: list[str] = []
-AGENTCONSOLE_TOOLS.extend(_env_list("AGENTCONSOLE_TOOLS"))
+AGENTCONSOLE_TOOLS: list[str] = _env_list("AGENTCONSOLE_TOOLS")
 
 # Per-tool confirmation policy, auto constraints and approvers (README "Tool policy
 # reference"), as a JSON object; checked against the registered tools at start-up (E002).

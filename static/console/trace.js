@@ -228,8 +228,10 @@
     var bar = box.querySelector(".bar");
     if (bar) {
       bar.setAttribute("aria-label", "Time: " + text);
-      var fill = bar.querySelector("span");
-      if (fill) fill.style.width = Math.min(100, Math.round(100 * (total - left) / total)) + "%";
+      // The fill's width is an SVG attribute: the page's CSP refuses style="" attributes.
+      var fill = bar.querySelector("rect");
+      var percent = Math.min(100, Math.round(100 * (total - left) / total));
+      if (fill) fill.setAttribute("width", String(percent));
     }
   }
   setInterval(tick, 1000);

@@ -44,6 +44,7 @@ from tests.browser.browser_kit import (
     missing,
     shot,
 )
+from tests.browser.csp_watch import Watch, watch
 from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
 
 
@@ -104,18 +105,26 @@ def browser(console: Console) -> Iterator[Any]:
 
 @pytest.fixture
 def new_page(browser: Any, console: Console) -> Iterator[Callable[..., Any]]:
-    """A factory of pages, each in its own browser context (its own cookies: its own user)."""
+    """A factory of pages, each in its own browser context (its own cookies: its own user).
+    Every page is watched: a Content-Security-Policy violation on any of them fails the test
+    (issue 21 item 10; tests/browser/csp_watch.py)."""
     contexts: list[Any] = []
+    watches: list[Watch] = []
 
     def make(viewport: dict[str, int] | None = None) -> Any:
         context = browser.new_context(viewport=viewport or DESKTOP, base_url=console.url)
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)
-        return context.new_page()
+        page = context.new_page()
+        watches.append(watch(page, console.url))
+        return page
 
     yield make
     for context in contexts:
         context.close()
+    violations = [v for w in watches for v in w.violations]
+    if violations:
+        pytest.fail("Content-Security-Policy violations:\n" + "\n".join(violations))
 
 
 @pytest.fixture

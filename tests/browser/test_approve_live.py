@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import csp_watch
 from tests.browser.browser_kit import Console, login, waiting_run
 
 pytestmark = pytest.mark.browser
@@ -38,4 +39,10 @@ def test_operator_approves_and_watches_the_run_complete_live(
     timeline = watch.locator("[data-trace]").inner_text()
     assert "confirmation.decided" in timeline
     assert "final.validated" in timeline
+    # All of it under the Content-Security-Policy (issue 21 item 10): the trace came over the
+    # run's same-origin websocket, and neither page had a violation, a console error or a failure.
+    seen = [csp_watch.watch(p, console.url) for p in (watch, queue)]
+    sockets = [socket.url for socket in seen[0].sockets]
+    assert any(f"/ws/runs/{run['run_id']}/trace/" in url for url in sockets), sockets
+    assert [problem for s in seen for problem in s.problems()] == []
     assert console.api("alice").get(f"/api/runs/{run['run_id']}/")["status"] == "completed"

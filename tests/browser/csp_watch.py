@@ -1,0 +1,79 @@
+"""What a page did wrong while a browser test used it (issue 21 item 10): every
+Content-Security-Policy violation (the document's ``securitypolicyviolation`` events, and
+Chromium's console message for each), every console error and uncaught exception, every request
+to the console that failed or answered 4xx/5xx, and the websockets it opened.
+
+The listener is installed before any of the page's scripts (``add_init_script``) and reports
+through a Playwright binding, so neither is subject to the page's policy, and a violation is
+seen even when the page navigates away right after it. ``tests/browser/conftest.py`` watches
+every page of every browser test for violations; ``test_csp.py`` also asks for the rest.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+REPORT_JS = """document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolation([e.effectiveDirective, "blocked " + (e.blockedURI || "?"),
+    "at " + e.sourceFile + ":" + e.lineNumber, e.sample].join(" | "));
+}, true);"""
+
+
+@dataclass
+class Watch:
+    origin: str
+    violations: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    sockets: list[Any] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        """Everything but the sockets: a page that worked under its policy leaves this empty."""
+        return self.violations + self.errors + self.failed
+
+    def clear(self) -> None:
+        self.violations.clear()
+        self.errors.clear()
+        self.failed.clear()
+
+
+_WATCHES: weakref.WeakKeyDictionary[Any, Watch] = weakref.WeakKeyDictionary()
+
+
+def watch(page: Any, origin: str) -> Watch:
+    """Watch ``page`` from now on (call it before the first navigation); ``origin`` is the
+    console's URL. A page is watched once: asked again, the same watch."""
+    if page in _WATCHES:
+        return _WATCHES[page]
+    seen = _WATCHES[page] = Watch(origin)
+
+    def violation(text: str) -> None:
+        seen.violations.append(f"{page.url}: {text}")
+
+    def console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            seen.violations.append(f"{page.url}: console: {message.text}")
+        elif message.type == "error":
+            where = message.location.get("url", "")
+            # Chromium asks for /favicon.ico by itself (the console has no icon): not the page.
+            if not where.endswith("/favicon.ico"):
+                seen.errors.append(f"{page.url}: console: {message.text} ({where})")
+
+    def response(answer: Any) -> None:
+        if answer.url.startswith(origin) and answer.status >= 400:
+            seen.failed.append(f"{page.url}: {answer.status} {answer.url}")
+
+    def request_failed(request: Any) -> None:
+        if request.url.startswith(origin):
+            seen.failed.append(f"{page.url}: {request.failure} {request.url}")
+
+    page.expose_function("__cspViolation", violation)
+    page.add_init_script(REPORT_JS)
+    page.on("console", console)
+    page.on("pageerror", lambda exc: seen.errors.append(f"{page.url}: uncaught: {exc}"))
+    page.on("response", response)
+    page.on("requestfailed", request_failed)
+    page.on("websocket", lambda socket: seen.sockets.append(socket))
+    return seen
