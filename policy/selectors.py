@@ -182,6 +182,11 @@ class ShownArgument:
     # unknown) pieces, so the page says "masked secret, N characters" where a value was.
     parts: tuple[tuple[str, int | None], ...] = ()
 
+    @property
+    def masked(self) -> bool:
+        """It holds a masked secret: shown unfolded, so nobody approves it without seeing so."""
+        return any(chars is not None for _, chars in self.parts)
+
 
 @dataclass(frozen=True)
 class MaskedSecret:
@@ -409,6 +414,11 @@ def _parts(text: str, chars: Mapping[str, int]) -> tuple[tuple[str, int | None],
     return tuple(parts)
 
 
+def _label(chars: int) -> str:
+    # The words the page puts where a secret was (templates/console/confirmations/_parts.html).
+    return f"[masked secret, {chars} characters]" if chars else "[masked secret]"
+
+
 def _shown(arguments: Any, masked: Iterable[MaskedSecret] = ()) -> tuple[ShownArgument, ...]:
     pairs = arguments.items() if isinstance(arguments, dict) else [("(arguments)", arguments)]
     chars = {m.tag: m.chars for m in masked}
@@ -416,8 +426,9 @@ def _shown(arguments: Any, masked: Iterable[MaskedSecret] = ()) -> tuple[ShownAr
     for name, value in sorted(pairs, key=lambda pair: str(pair[0])):
         text = pretty_json(value)
         folded = len(text) > FOLD_AT or "\n" in text
-        preview = text.replace("\n", " ")[:60] + ("…" if folded else "")
         parts = _parts(text, chars)
+        plain = "".join(t if c is None else _label(c) for t, c in parts) if parts else text
+        preview = plain.replace("\n", " ")[:60] + ("…" if folded else "")
         out.append(ShownArgument(str(name), text, folded, preview, parts))
     return tuple(out)
 
