@@ -149,6 +149,9 @@ def test_unchanged_containers_are_the_same_objects() -> None:
 
 _PIECES = ["password", "token", "sk-", "sk-live-", "AKIA", "Bearer ", "ghp_", "xoxb-", "eyJ"]
 _PIECES += ["[secret:hmac-sha256:", "-----BEGIN RSA PRIVATE KEY-----", "api_key", "0123456789"]
+# Shapes of the detect-secrets rules (issue 21 item 11): their hints and the runs they need.
+_PIECES += ["sk_live_", "AKC", "aws_key", "://u:", "@h", "SG.", "AccountKey=", "cl_pw", "AP1"]
+_PIECES += ["0123456789abcdef" * 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "glpat-", "xoxb-12-", "AC"]
 _alphabet = st.sampled_from([*"abcXYZ019 _-=:'\"\n.[]/+", *_PIECES])
 texts = st.lists(_alphabet, max_size=40).map("".join)
 json_values = st.recursive(
