@@ -11,7 +11,7 @@ from typing import Any
 from django.contrib import admin
 
 from policy.domain.canonical import pretty_json
-from policy.domain.redaction import MASK, redact_fields
+from policy.domain.redaction import MASK, redact_fields, redact_secrets
 from policy.domain.registry import ToolRegistry
 
 
@@ -30,14 +30,16 @@ def masked_arguments(
     tool_name: Any, tool_version: Any, arguments: Any, *, registry: ToolRegistry
 ) -> Any:
     """A proposal's arguments as the trace would show them: the fields the tool's contract names
-    as redacted are masked (the ledger keeps them because the tool needs them, the admin does
-    not). An unregistered tool's arguments are masked whole: nobody said which are safe."""
+    as redacted are masked, and every secret the scanner finds (the ledger, a pending proposal
+    and a fixture planner's script keep them because the tool needs them; the admin does not:
+    issue 21 item 1). An unregistered tool's arguments are masked whole: nobody said which are
+    safe."""
     if not isinstance(arguments, dict):
-        return arguments
+        return redact_secrets(arguments)
     registered = registry.get(str(tool_name), str(tool_version))
     if registered is None:
         return dict.fromkeys(arguments, MASK)
-    return redact_fields(arguments, registered.contract.redacted_fields)
+    return redact_secrets(redact_fields(arguments, registered.contract.redacted_fields))
 
 
 def masked_proposal(proposal: Any, *, registry: ToolRegistry) -> Any:

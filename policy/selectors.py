@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
-from policy.domain.redaction import shown_arguments
+from policy.domain.redaction import MASKED_SECRETS, shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import ConfirmationApproval, Grant
@@ -177,6 +178,20 @@ class ShownArgument:
     text: str  # pretty JSON of the value (types stay visible: "7" is not 7)
     folded: bool
     preview: str
+    # ``text`` cut at each masked secret: (text, None) pieces and (tag, its length or 0 when
+    # unknown) pieces, so the page says "masked secret, N characters" where a value was.
+    parts: tuple[tuple[str, int | None], ...] = ()
+
+    @property
+    def masked(self) -> bool:
+        """It holds a masked secret: shown unfolded, so nobody approves it without seeing so."""
+        return any(chars is not None for _, chars in self.parts)
+
+
+@dataclass(frozen=True)
+class MaskedSecret:
+    tag: str
+    chars: int  # the length of the secret the tag hides; 0 when not recorded (an older row)
 
 
 @dataclass(frozen=True)
@@ -208,9 +223,12 @@ class QueueItem:
     reason_summary: str
     arguments: tuple[ShownArgument, ...]
     exact: str  # the canonical JSON the hash covers, secrets masked
+    # Each masked secret in the arguments: the tool gets its real value, nobody is shown it.
+    masked: tuple[MaskedSecret, ...]
     # What the hash binds, checked here: "call" (these arguments, once), "run" (a per-run
-    # confirmation: every call of the tool in the run), "masked" (secrets shown as tags, so
-    # the shown bytes cannot be checked), "mismatch" (the hash matches neither: never expected).
+    # confirmation: every call of the tool in the run), "masked" (these arguments, once, with
+    # masked secrets: the hash covers their real values, so the shown bytes cannot be
+    # checked), "mismatch" (the hash matches neither: never expected).
     binding: str
     sources: tuple[CitedSource, ...]
     derived_from_untrusted: bool
@@ -315,6 +333,10 @@ def _queue_item(
     raw = _arguments(proposal)
     shown = shown_arguments(raw)
     exact = canonical(shown, row.hash_scheme)
+    tags = _masked(exact, proposal.get(MASKED_SECRETS))
+    binding = _binding(row, exact, masked=bool(tags))
+    # Text that only looks like a tag, under a hash that covers it as written, hides nothing.
+    masked = tags if binding == "masked" else ()
     sources = tuple(_source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal))
     return QueueItem(
         confirmation_id=row.pk,
@@ -329,9 +351,10 @@ def _queue_item(
         hash_scheme=row.hash_scheme,
         requested_at=row.requested_at,
         reason_summary=str(proposal.get("reason_summary") or ""),
-        arguments=_shown(shown),
+        arguments=_shown(shown, masked),
         exact=exact,
-        binding=_binding(row, exact, masked=shown is not raw),
+        masked=masked,
+        binding=binding,
         sources=sources,
         derived_from_untrusted=row.cites_untrusted or any(s.untrusted for s in sources),
         approvers=rule.value,
@@ -348,10 +371,10 @@ def _binding(row: Any, exact: str, *, masked: bool) -> str:
     scheme = row.hash_scheme
     if row.proposal_hash == per_run_confirmation_hash(row.tool_name, row.tool_version, scheme):
         return "run"
-    if masked:
-        return "masked"
     if row.proposal_hash == proposal_hash_from_canonical(row.tool_name, row.tool_version, exact):
         return "call"
+    if masked:
+        return "masked"
     return "mismatch"
 
 
@@ -367,14 +390,46 @@ def _cited_ids(proposal: Any) -> list[str]:
     return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
-def _shown(arguments: Any) -> tuple[ShownArgument, ...]:
+def _masked(exact: str, lengths: Any) -> tuple[MaskedSecret, ...]:
+    """Each tag in the shown arguments, once, with the length of the secret it hides as the
+    gate recorded it (``MASKED_SECRETS``; 0 for a row from before, or a pattern added since)."""
+    known = lengths if isinstance(lengths, dict) else {}
+    tags = dict.fromkeys(_TAG.findall(exact))
+    return tuple(MaskedSecret(t, c if isinstance(c := known.get(t), int) else 0) for t in tags)
+
+
+_TAG = re.compile(r"\[secret:hmac-sha256:[0-9a-f]{12}\]")
+
+
+def _parts(text: str, chars: Mapping[str, int]) -> tuple[tuple[str, int | None], ...]:
+    parts: list[tuple[str, int | None]] = []
+    at = 0
+    for match in _TAG.finditer(text):
+        if match.group(0) not in chars:
+            continue  # text that looks like a tag, hashed as written: shown as written
+        parts.append((text[at : match.start()], None))
+        parts.append((match.group(0), chars[match.group(0)]))
+        at = match.end()
+    parts.append((text[at:], None))
+    return tuple(parts)
+
+
+def _label(chars: int) -> str:
+    # The words the page puts where a secret was (templates/console/confirmations/_parts.html).
+    return f"[masked secret, {chars} characters]" if chars else "[masked secret]"
+
+
+def _shown(arguments: Any, masked: Iterable[MaskedSecret] = ()) -> tuple[ShownArgument, ...]:
     pairs = arguments.items() if isinstance(arguments, dict) else [("(arguments)", arguments)]
+    chars = {m.tag: m.chars for m in masked}
     out = []
     for name, value in sorted(pairs, key=lambda pair: str(pair[0])):
         text = pretty_json(value)
         folded = len(text) > FOLD_AT or "\n" in text
-        preview = text.replace("\n", " ")[:60] + ("…" if folded else "")
-        out.append(ShownArgument(name=str(name), text=text, folded=folded, preview=preview))
+        parts = _parts(text, chars)
+        plain = "".join(t if c is None else _label(c) for t, c in parts) if parts else text
+        preview = plain.replace("\n", " ")[:60] + ("…" if folded else "")
+        out.append(ShownArgument(str(name), text, folded, preview, parts))
     return tuple(out)
 
 

@@ -36,6 +36,10 @@ class ProfileOut(serializers.ModelSerializer):
         fields = ["id", "name", "description", "planner", "tools", "grant_templates", "budgets",
                   "tool_policy", "version"]  # fmt: skip
 
+    def to_representation(self, instance: RunProfile) -> Any:
+        # Secrets masked: a profile saved before the scanner ran on profiles may hold them.
+        return super().to_representation(profiles.profile_shown(instance))
+
     def get_planner(self, obj: RunProfile) -> str:
         # The kind only: a fixture planner's script is the operator's configuration.
         return str(obj.planner.get("kind", ""))

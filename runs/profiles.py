@@ -18,6 +18,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from policy.domain.errors import DomainError
+from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import ToolPolicyInvalid, parse_tool_policy, tool_facts
 from runs import services
 from runs.context import RunsContext, resolve
@@ -89,6 +90,23 @@ def profile_get(*, profile_id: int) -> RunProfile:
     return row
 
 
+def profile_shown(row: RunProfile) -> RunProfile:
+    """``row`` as pages and the API show it, its secrets masked: a profile saved before the
+    scanner ran on profiles may hold them (issue 21 item 11). Changes the instance, never the
+    table: callers only render it."""
+    row.description = redact_secrets(row.description)
+    row.planner = redact_secrets(row.planner)
+    row.grant_templates = redact_secrets(row.grant_templates)
+    row.tool_policy = redact_secrets(row.tool_policy)
+    return row
+
+
+def profile_form_shown(row: RunProfile) -> dict[str, Any]:
+    """``profile_form_data`` for the edit form, its secrets masked (``profile_shown``)."""
+    shown: dict[str, Any] = redact_secrets(profile_form_data(row))
+    return shown
+
+
 def profiles_usable_by(*, user: Any) -> QuerySet[RunProfile]:
     """Active profiles ``user`` may start runs from: for everyone, naming them, or one of their
     groups. Subqueries, not joins: a user in two named groups sees a profile once."""
@@ -121,7 +139,7 @@ def profiles_for_start(*, user: Any) -> list[tuple[RunProfile, list[dict[str, An
             grants = expand_grants(profile.grant_templates, subject=user.get_username())
         except ProfileInvalid:
             grants = list(profile.grant_templates)
-        out.append((profile, grants))
+        out.append((profile_shown(profile), redact_secrets(grants)))
     return out
 
 
@@ -160,8 +178,13 @@ def _audience(spec: ProfileSpec) -> tuple[list[Any], list[Group]]:
 
 def _fields(spec: ProfileSpec) -> dict[str, Any]:
     data = spec.data()
-    keep = ("description", "audience", "planner", "tools", "budgets", "tool_policy")
-    return {k: data[k] for k in keep} | {"grant_templates": data["grant_templates"]}
+    keep = ("audience", "planner", "tools", "budgets", "tool_policy")
+    # The description is shown to every user the profile is for: stored with its secrets
+    # masked (issue 21 item 11). The other parts hold none (the domain refused them).
+    return {k: data[k] for k in keep} | {
+        "description": redact_secrets(data["description"]),
+        "grant_templates": data["grant_templates"],
+    }
 
 
 def _name_free(name: str, *, but: int | None = None) -> None:

@@ -19,7 +19,7 @@ from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
-from policy.domain.redaction import redact_secrets
+from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.roles import actor_name, approver_facts, user_or_none
 from runs import erasure
@@ -74,11 +74,12 @@ def run_create(
     its effective tool policy now: the deployment's joined with ``profile_policy`` (its
     profile's, already checked to only tighten), so a later edit of either changes no run.
     """
-    # Secrets in the goal, the planner configuration (a fixture planner's scripted outputs) and
-    # scenario confirmations are replaced before anything is stored (issue 9 item 12); the
-    # confirmations are hashed as redacted, so they match the redacted planner output.
-    goal, planner = redact_secrets(goal), redact_secrets(planner)
-    confirmations = [{**c, "proposal": redact_secrets(c["proposal"])} for c in confirmations]
+    # Secrets in the goal and the planner configuration are masked before anything is stored
+    # (issue 9 item 12), except a fixture planner's scripted outputs: they are the planner's
+    # proposals, and a tool runs what was proposed (issue 21 item 1); only the runner reads
+    # them back. Scenario confirmations are hashed over the real arguments, as the gate hashes
+    # the proposals they answer, and stored masked.
+    goal, planner = redact_secrets(goal), _planner_stored(planner)
     if faults:
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
@@ -159,8 +160,15 @@ def _bind_confirmations(
                 tool_name=p["tool_name"],
             )
         )
-        proposals[cid] = p
+        proposals[cid] = shown_proposal(p)
     return bound, proposals
+
+
+def _planner_stored(planner: dict[str, Any]) -> dict[str, Any]:
+    stored = redact_secrets(planner)
+    if "outputs" in planner:
+        stored = {**stored, "outputs": planner["outputs"]}
+    return stored
 
 
 def _created_commit(state: RunState, *, grants: int, planner: dict[str, Any]) -> Commit:

@@ -23,10 +23,18 @@ import hashlib
 import hmac
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from policy.domain.secret_rules import LONG_RUN_LENGTH as _RUN
+from policy.domain.secret_rules import RULES, Rule
 
 MASK = "[REDACTED]"
 _MIN_SECRET_LENGTH = 4  # shorter values would mask ordinary text; refuse them at configuration
+
+# The key, beside a recorded proposal's masked arguments, of each tag and the length of the
+# secret it hides (``shown_proposal``; the confirmation card says "masked secret, N characters").
+MASKED_SECRETS = "masked_secrets"
 
 SECRET_TAG = "[secret:"  # noqa: S105 - the tag's prefix, not a password
 ERASED_TAG = "[erased:"
@@ -34,9 +42,12 @@ _TAGS = (SECRET_TAG, ERASED_TAG)
 
 # The words that make a key secret-like; a key may carry a prefix (client_secret, db_password,
 # x-api-key) but must end with the word: ``max_tokens`` and ``token_count`` are not secrets.
+# Ours, joined with detect-secrets' KeywordDetector list (plugins/keyword.py; see secret_rules).
 _SECRET_WORD = (
-    r"(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|"  # noqa: S105
-    r"authorization|private[_-]?key)"
+    r"(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"  # noqa: S105
+    r"authorization|priv(?:ate)?[_-]?key|auth[_-]?key|service[_-]?key|account[_-]?key|"
+    r"db[_-]?key|database[_-]?key|client[_-]?key|db[_-]?pass|database[_-]?pass|key[_-]?pass|"
+    r"contrase(?:ñ|n)a)"
 )
 _SECRET_KEY = re.compile(rf"[\w.-]*?{_SECRET_WORD}", re.IGNORECASE)
 # One linear pass that rules the key=value search out for most text (it tries every word).
@@ -45,29 +56,6 @@ _SECRET_HINT = re.compile(_SECRET_WORD, re.IGNORECASE)
 # The system stores sha256 hex digests everywhere (proposal hashes, idempotency tokens): a
 # 64-hex value under a key such as ``idempotency_token`` is a hash we made, not a secret.
 _OUR_HASH = re.compile(r"[0-9a-f]{64}")
-
-_TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
-    # PEM private key blocks, also a truncated one (no END line: redact to the end).
-    (
-        "private-key-pem",
-        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-    ),
-    # OpenAI-style keys: sk-..., sk-live-..., sk-proj-... (not "task-force": no letter before).
-    ("openai-key", r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{10,}"),
-    ("aws-access-key-id", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
-    (
-        "github-token",
-        r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})",
-    ),
-    ("slack-token", r"(?<![A-Za-z0-9_])xox[abeoprs]-[A-Za-z0-9-]{10,}"),
-    # Three base64url segments, the first two JSON objects ({" is eyJ): a JWT.
-    ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
-    # The token after "Bearer"; it must hold a digit, so "Bearer authentication" is prose.
-    (
-        "bearer-token",
-        r"(?<=Bearer )(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{12,}=*",
-    ),
-)
 
 # key=value, key: value, "key": "value", 'key'='value' inside free text. Only the value is
 # replaced. The key may not follow "[" (so the tag "[secret:..." never matches itself).
@@ -82,28 +70,108 @@ _KEY_VALUE = re.compile(
 _SCHEMES = ("bearer", "basic", "token")
 
 # Cheap pre-checks, so the common case (text with no secret in it) costs a few substring tests
-# instead of two regex scans at every position; each must hold whenever its regex can match
-# (pinned by a property test against the unconditional scans).
-# The built-in shapes all start with a case-sensitive literal:
-_SHAPE_LITERALS = (
-    "-----BEGIN", "sk-", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
-    "xox", "eyJ", "Bearer ",
-)  # fmt: skip
-# Every secret word contains one of these; checked on ASCII text only, where lower() is exact
-# (IGNORECASE also folds a few non-ASCII letters, such as the long s, onto these).
-_WORD_STEMS = ("password", "passwd", "secret", "token", "api", "access", "authorization", "private")
+# instead of regex scans at every position; each must hold whenever its regex can match
+# (pinned by a property test against the unconditional scans). A rule is tried only on text
+# holding one of its hints (secret_rules); its case-insensitive hints, and the stems one of
+# which every secret word contains, are checked on ASCII text only, where lower() is exact
+# (IGNORECASE also folds a few non-ASCII letters, such as the long s and the Kelvin sign, onto
+# ASCII ones): on other text those rules are always tried.
+_WORD_STEMS = ("pass", "pwd", "secret", "token", "api", "key", "authorization", "contrase")
 
 
-def _may_name_a_secret(text: str) -> bool:
-    if text.isascii():
-        lowered = text.lower()
-        if not any(stem in lowered for stem in _WORD_STEMS):
-            return False
+def _may_name_a_secret(text: str, lowered: str | None) -> bool:
+    if lowered is not None and not any(stem in lowered for stem in _WORD_STEMS):
+        return False
     return _SECRET_HINT.search(text) is not None
 
 
 def _tagged(value: str) -> bool:
     return value.startswith(_TAGS)
+
+
+# Where a scan records what it masked: tag -> the length (characters) of the secret it hides.
+Found = dict[str, int]
+
+
+class _Shapes:
+    """The rules of one scanner, and for each text the alternation of only those it may match
+    (one alternation of every rule tries each at every position: a hundred times slower on
+    plain prose than the few a text's hints call for)."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        self._all = _Hints(rules, range(len(rules)))
+        # Text without a long run of token characters (most prose) is checked for the few
+        # rules that need none: a handful of substring tests instead of sixty.
+        self._short = _Hints(rules, [i for i, r in enumerate(rules) if r.short])
+        self._compiled: dict[frozenset[int], re.Pattern[str]] = {}
+        self.pattern(frozenset(range(len(rules))))  # a bad pattern fails here, at configuration
+
+    def for_text(self, text: str, lowered: str | None) -> re.Pattern[str] | None:
+        """The alternation of the rules ``text`` may match (``lowered``: ``text.lower()`` when
+        ``text`` is ASCII, else None), or None when it may match none."""
+        # A run of 11 token characters lies within one whitespace-separated word: measuring the
+        # words (C speed) is ten times cheaper than a regex search for the run.
+        long_run = len(text) >= _RUN and max(map(len, text.split()), default=0) >= _RUN
+        hints = self._all if long_run else self._short
+        active = hints.rules_for(text, lowered)
+        return self.pattern(active) if active else None
+
+    def pattern(self, indices: frozenset[int]) -> re.Pattern[str]:
+        """Each rule in a group ``r<i>``; its group ``s`` (the secret inside its match) becomes
+        ``s<i>``. Cached: texts call for few distinct sets of rules."""
+        found = self._compiled.get(indices)
+        if found is None:
+            parts = [
+                f"(?P<r{i}>{self.rules[i].pattern.replace('(?P<s>', f'(?P<s{i}>')})"
+                for i in sorted(indices)
+            ]
+            found = re.compile("|".join(parts))
+            if len(self._compiled) < _MAX_COMPILED:
+                self._compiled[indices] = found
+        return found
+
+
+_MAX_COMPILED = 1024
+
+
+class _Hints:
+    """Which of ``indices`` (rules) a text may match, by their hints."""
+
+    def __init__(self, rules: Sequence[Rule], indices: Iterable[int]) -> None:
+        self._always: set[int] = set()
+        self._folded: set[int] = set()
+        self._by_hint: dict[str, set[int]] = {}
+        self._by_ihint: dict[str, set[int]] = {}
+        for i in indices:
+            rule = rules[i]
+            if not rule.hints and not rule.ihints:
+                self._always.add(i)
+            if rule.ihints:
+                self._folded.add(i)
+            for hint in rule.hints:
+                self._by_hint.setdefault(hint, set()).add(i)
+            for hint in rule.ihints:
+                self._by_ihint.setdefault(hint, set()).add(i)
+        self._hints = tuple(self._by_hint)
+        self._ihints = tuple(self._by_ihint)
+
+    def rules_for(self, text: str, lowered: str | None) -> frozenset[int]:
+        present = [h for h in self._hints if h in text]
+        folded = [h for h in self._ihints if h in lowered] if lowered is not None else None
+        if not present and not folded and folded is not None and not self._always:
+            return _NONE  # the common case: no hint at all
+        active = set(self._always)
+        for hint in present:
+            active |= self._by_hint[hint]
+        for hint in folded or ():
+            active |= self._by_ihint[hint]
+        if folded is None:
+            active |= self._folded
+        return frozenset(active)
+
+
+_NONE: frozenset[int] = frozenset()
 
 
 class SecretScanner:
@@ -114,33 +182,53 @@ class SecretScanner:
     """
 
     def __init__(self, extra_patterns: Sequence[str] = (), *, key: bytes = b"") -> None:
-        shapes = [p for _, p in _TOKEN_SHAPES] + [str(p) for p in extra_patterns]
         for pattern in extra_patterns:
             if re.compile(pattern).search(""):
                 raise ValueError(f"secret pattern {pattern!r} matches the empty string")
-        self._shapes = re.compile("|".join(f"(?:{p})" for p in shapes))
-        # Deployment patterns have no known literal, so with any of them every text is scanned.
-        self._literals = () if extra_patterns else _SHAPE_LITERALS
+        # Deployment patterns have no known hint: they are tried on every text.
+        extra = tuple(
+            Rule(f"deployment-{i}", str(p), short=True) for i, p in enumerate(extra_patterns)
+        )
+        self._shapes = _Shapes(RULES + extra)
         self._key = key
 
     def tag(self, secret: str) -> str:
         digest = hmac.new(self._key, secret.encode("utf-8"), hashlib.sha256).hexdigest()
         return f"[secret:hmac-sha256:{digest[:12]}]"
 
-    def redact_text(self, text: str) -> str:
-        """``text`` with every secret replaced by its tag; the same object if nothing matched."""
+    def _tag(self, secret: str, found: Found | None) -> str:
+        tag = self.tag(secret)
+        if found is not None:
+            found[tag] = len(secret)
+        return tag
+
+    def redact_text(self, text: str, found: Found | None = None) -> str:
+        """``text`` with every secret replaced by its tag; the same object if nothing matched.
+        ``found``: filled with each tag put in and the length of the secret it replaced."""
         out = text
-        if not self._literals or any(lit in text for lit in self._literals):
-            out = self._shapes.sub(self._replace_shape, out)
-        if _may_name_a_secret(out):
-            out = _KEY_VALUE.sub(self._replace_pair, out)
+        lowered = text.lower() if text.isascii() else None
+        shapes = self._shapes.for_text(text, lowered)
+        if shapes is not None:
+            out = shapes.sub(lambda m: self._replace_shape(m, found), out)
+        if _may_name_a_secret(out, lowered if out is text else None):
+            out = _KEY_VALUE.sub(lambda m: self._replace_pair(m, found), out)
         return text if out == text else out
 
-    def _replace_shape(self, match: re.Match[str]) -> str:
-        found = match.group(0)
-        return found if not found or _tagged(found) else self.tag(found)
+    def _replace_shape(self, match: re.Match[str], found: Found | None = None) -> str:
+        whole = match.group(0)
+        # The rule's own group (r<i>) closes last; its secret group, if any, is s<i>.
+        secret_group = f"s{str(match.lastgroup)[1:]}"
+        if secret_group in match.re.groupindex and match.group(secret_group) is not None:
+            start, end = match.span(secret_group)
+        else:
+            start, end = match.span()
+        secret = whole[start - match.start() : end - match.start()]
+        if not secret or _tagged(secret):
+            return whole
+        offset = match.start()
+        return whole[: start - offset] + self._tag(secret, found) + whole[end - offset :]
 
-    def _replace_pair(self, match: re.Match[str]) -> str:
+    def _replace_pair(self, match: re.Match[str], found: Found | None = None) -> str:
         value = match.group("qv") if match.group("q") else match.group("v")
         if _tagged(value) or _OUR_HASH.fullmatch(value) or value.lower() in _SCHEMES:
             # Already a tag, one of our hashes, or the scheme word before a redacted token.
@@ -148,30 +236,30 @@ class SecretScanner:
         start, end = match.span("qv" if match.group("q") else "v")
         whole = match.group(0)
         offset = match.start()
-        return whole[: start - offset] + self.tag(value) + whole[end - offset :]
+        return whole[: start - offset] + self._tag(value, found) + whole[end - offset :]
 
-    def redact(self, value: Any) -> Any:
+    def redact(self, value: Any, found: Found | None = None) -> Any:
         """Every string in a JSON value redacted; a string under a secret-like key is replaced
         whole. Containers are rebuilt only where something changed."""
         if isinstance(value, str):
-            return self.redact_text(value)
+            return self.redact_text(value, found)
         if isinstance(value, list):
-            items = [self.redact(v) for v in value]
+            items = [self.redact(v, found) for v in value]
             return value if all(a is b for a, b in zip(items, value, strict=True)) else items
         if isinstance(value, tuple):
-            return tuple(self.redact(list(value)))
+            return tuple(self.redact(list(value), found))
         if isinstance(value, dict):
             changed = False
             out: dict[Any, Any] = {}
             for k, v in value.items():
-                new_k = self.redact_text(k) if isinstance(k, str) else k
-                new_v = self._under_key(k, v)
+                new_k = self.redact_text(k, found) if isinstance(k, str) else k
+                new_v = self._under_key(k, v, found)
                 changed = changed or new_k is not k or new_v is not v
                 out[new_k] = new_v
             return out if changed else value
         return value
 
-    def _under_key(self, key: Any, value: Any) -> Any:
+    def _under_key(self, key: Any, value: Any, found: Found | None) -> Any:
         if (
             isinstance(key, str)
             and isinstance(value, str)
@@ -180,8 +268,22 @@ class SecretScanner:
             and not _tagged(value)
             and not _OUR_HASH.fullmatch(value)
         ):
-            return self.tag(value)
-        return self.redact(value)
+            return self._tag(value, found)
+        return self.redact(value, found)
+
+    def masked(self, value: Any) -> Masked:
+        """``value`` as it may be recorded and shown, with what was masked in it."""
+        found: Found = {}
+        return Masked(self.redact(value, found), found)
+
+
+@dataclass(frozen=True)
+class Masked:
+    """A value with its secrets replaced by tags (``value``), and for each tag the length of
+    the secret it stands for (``secrets``): what a person deciding on the value is told."""
+
+    value: Any
+    secrets: Mapping[str, int]
 
 
 _active = SecretScanner()
@@ -282,6 +384,17 @@ class ValueEraser:
             out_d = {k: self.erase(v) for k, v in value.items()}
             return value if all(out_d[k] is value[k] for k in value) else out_d
         return value
+
+
+def shown_proposal(proposal: Mapping[str, Any]) -> dict[str, Any]:
+    """A proposal (``tool_name``, ``tool_version``, ``arguments``, …) as it may be recorded and
+    shown: every secret the scanner finds is masked, and ``MASKED_SECRETS`` names each tag with
+    the length of the secret it hides, so a person deciding on it is told what is masked."""
+    masked = _active.masked(dict(proposal))
+    shown: dict[str, Any] = dict(masked.value)
+    if masked.secrets:
+        shown[MASKED_SECRETS] = dict(masked.secrets)
+    return shown
 
 
 def shown_arguments(arguments: Any) -> Any:

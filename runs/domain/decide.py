@@ -18,7 +18,7 @@ from policy.domain.gate import RunView, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
-from policy.domain.redaction import redact_secrets
+from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import ConfirmationPolicy, Provenance, ToolPolicy, stored_policy
 from runs.domain import trace as ev
@@ -66,13 +66,18 @@ def decide(
     b = Builder(state, lookups)
     resuming = raw_output is None
     if resuming:
-        raw_output = state.pending_proposal
+        # The proposal as the planner made it, secrets included: the gate checks it again and
+        # the tool gets exactly what the person approved.
+        raw_output = recorded = state.pending_proposal
         b.s.pending_proposal = None
     else:
-        # Planner output is redacted before it is parsed, hashed or stored: a secret in an
-        # argument reaches the tool as its tag. A tool that needs a secret gets it from
-        # settings.AGENTCONSOLE_TOOL_SECRETS through its context, never from the planner.
-        raw_output = redact_secrets(raw_output)
+        # Mask what is recorded and shown, never what is executed (issue 21 item 1): the
+        # output's ids and texts are masked before anything reads them, its arguments are
+        # kept as written, for the gate, the proposal hash and the tool. What leaves this
+        # function as a record (events, observations, a confirmation request, a handoff)
+        # carries the arguments masked (``_shown``).
+        recorded = redact_secrets(raw_output)
+        raw_output = _with_arguments_of(raw_output, recorded)
         b.s.step += 1
         b.s.planner_cursor += 1
         kind = raw_output.get("kind") if isinstance(raw_output, dict) else None
@@ -100,7 +105,9 @@ def decide(
     try:
         output = parse_planner_output(raw_output)
     except ParseError as exc:
-        fingerprint = _fingerprint_raw(raw_output)
+        # Fingerprinted masked: the hash of an unparsed output is a trace detail, and a hash
+        # of a low-entropy secret among known text is reversed by a dictionary.
+        fingerprint = _fingerprint_raw(redact_secrets(recorded))
         if _loop_stop(b, fingerprint, None, None):
             return b.done()
         b.reject(proposal_id_of(raw_output), "parse", exc.code, **_parse_problem(raw_output))
@@ -112,6 +119,19 @@ def decide(
     return _tool(
         b, output, grants, confirmations, registry, lookups, now_ms, resuming, confirmation_id
     )
+
+
+def _with_arguments_of(raw: Any, recorded: Any) -> Any:
+    """``recorded`` (the masked output) with the planner's own ``arguments``, unmasked."""
+    if isinstance(raw, dict) and isinstance(recorded, dict) and "arguments" in raw:
+        return {**recorded, "arguments": raw["arguments"]}
+    return recorded
+
+
+def _shown(proposal: ActionProposal) -> dict[str, Any]:
+    """The proposal as it may be recorded and shown (``shown_proposal``: masked, with the
+    length of each masked secret for the person who decides on it)."""
+    return shown_proposal(proposal.model_dump(mode="json"))
 
 
 def _parse_problem(raw: Any) -> dict[str, str]:
@@ -198,7 +218,7 @@ def _tool(
     fingerprint = loop_fingerprint(proposal, registry=registry, facts=facts)
     if not resuming:
         max_polls = contract.polling.max_polls if contract and contract.polling else None
-        if _loop_stop(b, fingerprint, pid, max_polls, proposal.model_dump(mode="json")):
+        if _loop_stop(b, fingerprint, pid, max_polls, _shown(proposal)):
             return b.done()
 
     p_hash = proposal.hash()
@@ -313,11 +333,14 @@ def _wait_for_confirmation(
             proposal_hash=decision.confirmation_hash,
             tool_name=proposal.tool_name,
             tool_version=proposal.tool_version,
-            proposal=proposal.model_dump(mode="json"),
+            proposal=_shown(proposal),
             expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
             cites_untrusted=cites_untrusted,
             approvers=decision.approvers,
         )
+    # The real arguments wait in the run's state, which only the runner reads back (the
+    # handoff bundle and the admin mask it): after the wait, and after a worker's crash, the
+    # gate sees again exactly what the person was asked about.
     s.pending_proposal = proposal.model_dump(mode="json")
     s.pending_confirmation_id = cid
     b.emit(
@@ -373,8 +396,11 @@ def _logged_arguments(contract: ToolContract | None, arguments: Any) -> dict[str
     out: dict[str, Any] = {}
     for name in contract.logged_fields:
         value = arguments.get(name)
-        if isinstance(value, str | int | float | bool):
-            out[f"arg_{name}"] = value[: ev.MAX_DETAIL_STRING] if isinstance(value, str) else value
+        if isinstance(value, str):
+            # Masked before it is cut: a secret cut in two may no longer look like one.
+            out[f"arg_{name}"] = redact_secrets(value)[: ev.MAX_DETAIL_STRING]
+        elif isinstance(value, int | float | bool):
+            out[f"arg_{name}"] = value
     return out
 
 

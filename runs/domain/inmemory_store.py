@@ -54,6 +54,8 @@ class InMemoryRunStore:
         self.ledger: dict[str, dict[str, Any]] = {}
         self._grants: dict[str, dict[str, CapabilityGrant]] = defaultdict(dict)
         self._confirmations: dict[str, dict[str, Confirmation]] = defaultdict(dict)
+        # The proposal each confirmation request shows a person (the ORM's Confirmation.proposal).
+        self.asked: dict[str, dict[str, Any]] = {}
         self._planner: dict[str, dict[str, Any]] = {}
         self._commands: dict[str, ExecutableCommand] = {}
         self.handoffs: dict[str, list[str]] = defaultdict(list)
@@ -204,6 +206,7 @@ class InMemoryRunStore:
         confirmations = self._confirmations[run_id]
         if commit.confirmation_request is not None:
             r = commit.confirmation_request
+            self.asked[r.confirmation_id] = r.proposal
             confirmations[r.confirmation_id] = Confirmation(
                 confirmation_id=r.confirmation_id,
                 run_id=run_id,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from policy.domain.canonical import json_equal
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant, Constraint
+from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import (
     EMPTY,
     ToolFacts,
@@ -69,6 +70,7 @@ SCOPE_WIDENED = "PROFILE_SCOPE_WIDENED"
 TOOL_UNKNOWN = "PROFILE_TOOL_UNKNOWN"
 TOOL_NOT_ALLOWED = "PROFILE_TOOL_NOT_ALLOWED"
 PLANNER_INVALID = "PROFILE_PLANNER_INVALID"
+HOLDS_SECRET = "PROFILE_HOLDS_SECRET"  # noqa: S105 - an error code
 
 
 def _refuse(code: str, message: str, **extra: Any) -> ProfileInvalid:
@@ -170,6 +172,7 @@ def validate_profile(
        planner names a configured endpoint (the model offers only tools the grants allow).
     6. Tool policy: names only the profile's tools, in the deployment's vocabulary, and only
        tightens the deployment's policy (``policy_tools``: each tool's inputs and contract mode).
+    7. No secret in what runs execute or enforce (``check_no_secret``).
     """
     try:
         spec = ProfileSpec.model_validate(dict(raw))
@@ -194,7 +197,49 @@ def validate_profile(
             )
     check_planner(spec.planner, allowed=spec.tools, endpoints=endpoints)
     profile_tool_policy(spec, policy_tools=policy_tools or {}, deployment=deployment)
+    check_no_secret(spec)
     return spec
+
+
+# What a run of the profile executes or enforces: a secret there is refused, not masked.
+_EXECUTED = ("planner", "grant_templates", "tool_policy")
+
+
+def check_no_secret(spec: ProfileSpec) -> None:
+    """Refuse a profile whose planner, grant templates or tool policy hold a secret the scanner
+    finds (issue 21 item 11). A profile is shown to everyone who may use it, and masking these
+    parts would change what its runs do (a script proposing the tag, a constraint comparing
+    with it): a tool's secret belongs in ``AGENTCONSOLE_TOOL_SECRETS``. The description is
+    text only: the service stores it masked."""
+    data = spec.data()
+    for name in _EXECUTED:
+        where = _secret_at(data[name], name)
+        if where is not None:
+            raise _refuse(
+                HOLDS_SECRET,
+                f"{where} holds a secret; a profile is shown to its users: give a tool its "
+                "secrets through AGENTCONSOLE_TOOL_SECRETS",
+                field=where[:128],
+            )
+
+
+def _secret_at(value: Any, path: str) -> str | None:
+    """The path of the first value the scanner would mask (redaction returns an unchanged
+    value as the same object), or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            entry = {key: item}
+            if redact_secrets(entry) is not entry:
+                # Inside the item, or the item as a whole under a secret-like key.
+                return _secret_at(item, f"{path}.{key}") or f"{path}.{key}"
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _secret_at(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    return path if redact_secrets(value) is not value else None
 
 
 def profile_tool_policy(

@@ -61,7 +61,7 @@ def _foreign_post(request: HttpRequest, form_class: type[Any]) -> HttpResponse |
 
 def _list_page(request: HttpRequest, form: ProfileForm, error: dict[str, str] | None = None,
                status: int = 200) -> HttpResponse:  # fmt: skip
-    rows = list(profiles.profiles_all())
+    rows = [profiles.profile_shown(row) for row in profiles.profiles_all()]
     context = {"profiles": rows, "form": form, "error": error}
     return render(request, "console/profiles/list.html", context, status=status)
 
@@ -125,7 +125,7 @@ def _edit_page(request: HttpRequest, row: Any, form: ProfileForm,
 def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     row = profiles.profile_get(profile_id=profile_id)
     if request.method == "GET":
-        initial = initial_from(profiles.profile_form_data(row), version=row.version)
+        initial = initial_from(profiles.profile_form_shown(row), version=row.version)
         return _edit_page(
             request,
             row,

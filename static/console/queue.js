@@ -51,6 +51,11 @@
     dialog.querySelector("[data-q-args]").textContent =
       item.querySelector("[data-q-exact]").textContent;
     dialog.querySelector("[data-q-warn]").hidden = !item.querySelector("[data-q-untrusted]");
+    // The exact bytes hold tags where secrets were masked: say so again, as the card does.
+    var masked = item.querySelector("[data-q-masked]");
+    var note = dialog.querySelector("[data-q-masked-note]");
+    note.textContent = masked ? masked.textContent.replace(/\s+/g, " ").trim() : "";
+    note.hidden = !masked;
     dialog.querySelector("[data-q-help]").textContent = approve
       ? "Optional when approving; recorded with the decision."
       : "Required: say why you decline it.";

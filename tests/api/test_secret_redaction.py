@@ -1,7 +1,8 @@
 """Secrets in a goal, a planner argument, a final answer, a cancel reason or a scenario
-confirmation are redacted before anything is stored or sent (issue 9 item 12): every table,
-the API, the websocket frames, the artifact written and the admin pages hold tags, never the
-secret."""
+confirmation are redacted before anything is recorded or sent (issue 9 item 12): the trace,
+observations, confirmations, handoffs, the API, the websocket frames and the admin pages hold
+tags, never the secret. What the tool executes is not masked (issue 21 item 1): the real
+arguments are kept only where the runner reads them back (``EXECUTOR_ONLY``)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ OPENAI = "sk-live-abc123def456ghi789jkl012"
 PASSWORD = "hunter2"
 SECRETS = (OPENAI, PASSWORD)
 WITH_SECRETS = f"use {OPENAI} and password={PASSWORD}"
+# Where a secret the planner wrote into an argument may be stored: a fixture planner's script,
+# a proposal waiting for a person, the ledger's command (a recovery re-issues it). Read by the
+# runner only; every page that shows them masks them; a user's erase reaches them.
+EXECUTOR_ONLY = {
+    ("runs_run", "planner"),
+    ("runs_run", "pending_proposal"),
+    ("runs_ledgerentry", "arguments"),
+}
 
 
 def _start(owner: Any, outputs: list[dict[str, Any]], **extra: Any) -> str:
@@ -123,16 +132,21 @@ def test_a_secret_in_a_goal_argument_answer_or_reason_is_stored_and_sent_only_as
     assert m.Handoff.objects.filter(run_id=handed).exists()
     assert m.LedgerEntry.objects.filter(run_id=done, tool_name="write_artifact").exists()
     assert m.Run.objects.get(pk=done).answer.startswith("use [secret:hmac-sha256:")
-    # The tool received the tag, not the secret, and so wrote the tag.
+    # issue 21 item 1: the tool received what the planner wrote, and wrote it (before the fix
+    # it wrote the tags).
     written = (tmp_path / "run-output" / done / "n.txt").read_text()
-    assert "[secret:hmac-sha256:" in written
-    assert _leaks(written) == []
-    # The scenario confirmation was hashed as redacted: it names the proposal the planner made.
+    assert written == WITH_SECRETS
+    # The scenario confirmation was hashed over the real arguments, as the gate hashes the
+    # proposal it answers; it is stored masked.
     row = m.LedgerEntry.objects.get(run_id=done, tool_name="write_artifact")
-    assert Confirmation.objects.get(pk=f"{done}:c1").proposal_hash == row.proposal_hash
+    confirmation = Confirmation.objects.get(pk=f"{done}:c1")
+    assert confirmation.proposal_hash == row.proposal_hash
+    assert _leaks(json.dumps(confirmation.proposal)) == []
+    assert row.arguments["content"] == WITH_SECRETS
 
     for secret in SECRETS:
-        assert [str(h) for h in scan(secret)] == [], f"{secret} is stored"
+        stored = {(h.table, h.column) for h in scan(secret)}
+        assert stored <= EXECUTOR_ONLY, f"{secret} is stored in {stored - EXECUTOR_ONLY}"
 
     bodies = []
     for run_id in (done, handed, cancelled):
@@ -183,6 +197,24 @@ def test_the_admin_shows_no_field_the_trace_redacts(people: kit.People) -> None:
         html = response.content.decode()
         assert private not in html, page
         assert "run-output/d.txt" in html or page.endswith(f"{run_id}/change/"), page
+
+
+def test_the_admin_masks_the_secrets_the_runner_keeps(people: kit.People) -> None:
+    """issue 21 item 1: the ledger, a pending proposal and a fixture planner's script keep the
+    real arguments for the runner; their admin pages show them masked."""
+    query = f"retry {WITH_SECRETS}"
+    run_id = _start(people.alice.user, [tool_call("p1", "search_public", {"query": query})])
+    services.run_advance(run_id=run_id)
+    row = m.LedgerEntry.objects.get(run_id=run_id)
+    assert row.arguments["query"] == query  # what the tool ran
+    client = Client()
+    client.force_login(people.root.user)
+    for page in (f"/admin/runs/ledgerentry/{row.pk}/change/", f"/admin/runs/run/{run_id}/change/"):
+        response = client.get(page)
+        assert response.status_code == 200, page
+        html = response.content.decode()
+        assert _leaks(html) == [], page
+        assert "[secret:hmac-sha256:" in html, page
 
 
 def test_deployment_patterns_extend_the_scanner(settings: Any, people: kit.People) -> None:

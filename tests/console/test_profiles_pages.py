@@ -368,3 +368,71 @@ def test_a_tool_policy_looser_than_the_deployment_is_a_400(operator: Any, settin
     assert response.status_code == 400
     assert "TOOL_POLICY_LOOSENS" in response.content.decode()
     assert not RunProfile.objects.exists()
+
+
+# --- secrets (issue 21 item 11) -----------------------------------------------------------------
+
+LIVE_KEY = "sk_live_ReTllpYQYfIZu2Jnf2lAPFjD"
+AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
+
+
+def test_a_secret_in_a_description_is_stored_and_shown_masked(operator: Any, alice: Any) -> None:
+    """Before the fix the description was stored raw and shown to every user on /runs/new/."""
+    described = form(description=f"Billing: use {LIVE_KEY} or {AWS_KEY}.")
+    assert client_for(operator).post("/profiles/", described).status_code == 302
+    row = RunProfile.objects.get(name="new-research")
+    assert LIVE_KEY not in row.description
+    assert AWS_KEY not in row.description
+    assert row.description.startswith("Billing: use [secret:hmac-sha256:")
+    for page in ("/runs/new/", "/api/profiles/"):
+        html = client_for(alice).get(page).content.decode()
+        assert "Billing: use [secret:hmac-sha256:" in html, page
+        assert [k for k in (LIVE_KEY, AWS_KEY) if k in html] == [], page
+
+
+@pytest.mark.parametrize(
+    ("changes", "where"),
+    [
+        ({"planner_outputs": json.dumps([{"kind": "tool", "tool_name": "search_public",
+           "tool_version": "1", "proposal_id": "p1",
+           "arguments": {"query": f"billing {LIVE_KEY}"}}])},
+         "planner.outputs[0].arguments.query"),
+        ({"grant_templates": json.dumps([{"capability": "search:public",
+           "resource_scope": "public", "expires_at_step": 3,
+           "constraints": {"query": {"equals": AWS_KEY}}}])},
+         "grant_templates[0].constraints.query.equals"),
+    ],
+)  # fmt: skip
+def test_a_secret_in_what_runs_execute_is_refused(
+    operator: Any, changes: dict[str, Any], where: str
+) -> None:
+    """Masking a script or a constraint would change what runs do: refused, nothing saved."""
+    response = client_for(operator).post("/profiles/", form(**changes))
+    assert response.status_code == 400
+    page = response.content.decode()
+    # (The refused form is shown again to the operator who typed it, as they typed it.)
+    assert "PROFILE_HOLDS_SECRET" in page
+    assert where in page
+    assert not RunProfile.objects.exists()
+
+
+def test_a_profile_stored_raw_before_is_shown_masked(operator: Any, alice: Any) -> None:
+    """A row written before the scanner ran on profiles: every page and the API mask it."""
+    profiles.profile_create(data={**DEMO_PROFILES[0], "name": "old"}, by=operator)
+    RunProfile.objects.filter(name="old").update(
+        description=f"key {LIVE_KEY}",
+        grant_templates=[{"capability": "search:public", "resource_scope": "public",
+                          "expires_at_step": 3, "constraints": {"corpus": {"equals": AWS_KEY}}}],
+    )  # fmt: skip
+    row = RunProfile.objects.get(name="old")
+    shown = [
+        client_for(alice).get("/runs/new/"),
+        client_for(alice).get("/api/profiles/"),
+        client_for(operator).get("/profiles/"),
+        client_for(operator).get(f"/profiles/{row.pk}/"),
+    ]
+    for response in shown:
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert [k for k in (LIVE_KEY, AWS_KEY) if k in html] == [], response.request["PATH_INFO"]
+        assert "[secret:hmac-sha256:" in html, response.request["PATH_INFO"]

@@ -28,6 +28,8 @@ from policy.domain.outcomes import ToolOutcome
 CAPABILITY = "durable:use"
 
 CALLS: list[tuple[str, str]] = []
+# The arguments of each real call of a recording tool, as the tool received them.
+ARGUMENTS: list[tuple[str, dict[str, Any]]] = []
 # Set when ``durable_wait`` has started, so a test can act while the tool runs.
 WAIT_STARTED = threading.Event()
 _LOCK = threading.Lock()
@@ -36,6 +38,7 @@ _LOCK = threading.Lock()
 def reset() -> None:
     with _LOCK:
         CALLS.clear()
+        ARGUMENTS.clear()
     WAIT_STARTED.clear()
 
 
@@ -98,6 +101,8 @@ def _recording(name: str) -> Callable[[dict[str, Any], ToolContext], ToolOutcome
 
     def run(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
         _record(name, ctx)
+        with _LOCK:
+            ARGUMENTS.append((name, dict(arguments)))
         return ToolOutcome.succeeded({"ok": True})
 
     return run
