@@ -327,6 +327,6 @@ def run_all(*, names: list[str] | None = None) -> dict[str, Any]:
     for name, experiment in faultlab_calls.EXPERIMENTS.items():
         if not names or name in names:
             _purge(QUEUE)
-            results.append(experiment(worker_process, QUEUE))
+            results.append(experiment(worker_process, QUEUE, database_url()))
     passed = sum(1 for r in results if r["passed"])
     return {"experiments": results, "passed": passed, "failed": len(results) - passed}

@@ -37,8 +37,8 @@ SEARCH = {"capability": "search:public", "resource_scope": "public", "expires_at
 
 @contextmanager
 def model_server() -> Iterator[Any]:
-    # The slow model server lives with the benchmarks (a checkout's bench/, like the lab's
-    # fixtures): imported here only, so the engine never depends on it.
+    # import here: the slow model server lives with the benchmarks (a checkout's bench/, like
+    # the lab's fixtures), so the engine never depends on it.
     from bench.slow_model import SlowModel
 
     server = SlowModel(delay_s=1.0).start()
@@ -160,9 +160,11 @@ def expect(failures: list[str], ok: bool, what: str) -> None:
         failures.append(what)
 
 
-def gateway_crash_while_waiting(worker: Callable[..., Any], queue: str) -> dict[str, Any]:
+def gateway_crash_while_waiting(
+    worker: Callable[..., Any], queue: str, database_url: str
+) -> dict[str, Any]:
     with model_server() as (server, env), worker(extra_env={**env, "AGENTCONSOLE_QUEUE": queue}):
-        genv = {**env, **_process_env(queue)}
+        genv = {**env, **_process_env(queue, database_url)}
         with gateways(genv) as start:
             first = start()
             goal = f"What happens after the retries are exhausted? ({uuid.uuid4().hex[:6]})"
@@ -189,10 +191,12 @@ def gateway_crash_while_waiting(worker: Callable[..., Any], queue: str) -> dict[
         )
 
 
-def crash_after_reply_recorded(worker: Callable[..., Any], queue: str) -> dict[str, Any]:
+def crash_after_reply_recorded(
+    worker: Callable[..., Any], queue: str, database_url: str
+) -> dict[str, Any]:
     with model_server() as (server, env):
         wenv = {**env, "AGENTCONSOLE_QUEUE": queue}
-        with gateways({**env, **_process_env(queue)}) as start:
+        with gateways({**env, **_process_env(queue, database_url)}) as start:
             goal = f"How are idempotency tokens derived? ({uuid.uuid4().hex[:6]})"
             with worker(extra_env=wenv) as proc:
                 gateway = start()
@@ -218,11 +222,9 @@ def crash_after_reply_recorded(worker: Callable[..., Any], queue: str) -> dict[s
         )
 
 
-def _process_env(queue: str) -> dict[str, str]:
-    from runs.faultlab import database_url  # the lab's own helper (imported late: no cycle)
-
+def _process_env(queue: str, database_url: str) -> dict[str, str]:
     return {
-        "DATABASE_URL": database_url(),
+        "DATABASE_URL": database_url,
         "AGENTCONSOLE_QUEUE": queue,
         "AGENTCONSOLE_GATEWAY_LEASE_S": "2",
         "AGENTCONSOLE_GATEWAY_POLL_S": "0.1",
@@ -230,7 +232,8 @@ def _process_env(queue: str) -> dict[str, str]:
     }
 
 
-EXPERIMENTS: dict[str, Callable[[Callable[..., Any], str], dict[str, Any]]] = {
+# Each takes the lab's worker starter, its queue and the database URL its processes use.
+EXPERIMENTS: dict[str, Callable[[Callable[..., Any], str, str], dict[str, Any]]] = {
     "gateway-crash-while-waiting": gateway_crash_while_waiting,
     "crash-after-reply-recorded": crash_after_reply_recorded,
 }
