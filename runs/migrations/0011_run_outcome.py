@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
                         _connector="OR",
                     ),
                 ),
-                fields=["-created_at", "-id"],
+                fields=["status", "-created_at", "-id"],
                 name="run_outcome_flagged",
             ),
         ),
