@@ -4,7 +4,8 @@ demo already gave her a citation style, so once she approves, the tool refuses t
 (PREFERENCE_VERSION_CONFLICT) and the run completes. Her page of the run, open while she
 approves, turns the status into a flagged one live (no reload), the answer says the style was
 not saved, and the runs list, filtered by outcome, shows the flag too. Screenshots at 1280x800
-and 390x844 of both pages (var/screenshots/run-outcome-*, run-list-outcome-*).
+and 390x844 of both pages (var/screenshots/run-outcome-*, run-list-outcome-*), and of the
+queue card of a run whose earlier write was refused (queue-outcome-1280x800).
 """
 
 from __future__ import annotations
@@ -88,3 +89,25 @@ def test_a_refused_write_flags_the_completed_run_live_and_in_the_list(
     assert rows.count() == page.locator(f"[data-run-row] {FLAG}").count() >= 2
     assert kit.layout_problems(page, tab=False) == []
     shot(page, "run-list-outcome")
+
+
+def test_the_queue_card_of_a_later_write_says_an_earlier_one_was_refused(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    """A run whose first write the gate refused (auto_approve is no memory key) now waits on a
+    second one: the operator's card of it says the run already had a write not applied."""
+    refused = {
+        "kind": "tool", "proposal_id": "p0", "tool_name": "save_preference", "tool_version": "1",
+        "arguments": {"key": "auto_approve", "value": "true"}, "source_observation_ids": ["user-1"],
+    }  # fmt: skip
+    planner = {**kit.PLANNER, "outputs": [refused, *kit.PLANNER["outputs"]]}
+    run = kit.waiting_run(console, "Answer in Chinese (queue card, outcome)", planner)
+    assert run["writes"]["rejected"] == 1
+    page = new_page(kit.DESKTOP)
+    login(page, "operator")
+    page.goto("/confirmations/")
+    card = page.locator(f"[data-confirmation-run='{run['run_id']}']")
+    assert "run: 1 write not applied" in card.locator(".q-badges").inner_text()
+    assert "1 rejected: an earlier write of this run" in card.inner_text()
+    card.scroll_into_view_if_needed()
+    shot(page, "queue-outcome")
