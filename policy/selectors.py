@@ -35,6 +35,7 @@ from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import ConfirmationApproval, Grant
 from policy.roles import approver_facts, is_operator
+from runs.domain import writes
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
 FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the page
@@ -240,6 +241,10 @@ class QueueItem:
     approved_by: tuple[str, ...]
     progress: str
     approve_refusal: str
+    # What the run's writes came to before this one (runs.domain.writes): a write of the same
+    # run that was rejected or failed is worth knowing before approving the next.
+    run_writes: str = ""
+    run_writes_not_applied: int = 0
 
 
 @dataclass(frozen=True)
@@ -274,7 +279,10 @@ def confirmation_queue(
     )
     rows = list(
         pending.annotate(
-            run_goal=F("run__goal"), run_subject=F("run__subject"), run_owner=F("run__owner_id")
+            run_goal=F("run__goal"),
+            run_subject=F("run__subject"),
+            run_owner=F("run__owner_id"),
+            **{name: F(f"run__{name}") for name in writes.FIELDS.values()},
         ).order_by("requested_at", "id")[:limit]
     )
     total = len(rows) if len(rows) < limit else pending.count()
@@ -330,6 +338,7 @@ def _queue_item(
     approved_by = tuple(a.username for a in approvals)
     proposal = row.proposal if isinstance(row.proposal, dict) else {}
     registered = registry.get(row.tool_name, row.tool_version)
+    run_writes = writes.counts_of(row)  # annotated from the run in the queue's one join
     raw = _arguments(proposal)
     shown = shown_arguments(raw)
     exact = canonical(shown, row.hash_scheme)
@@ -362,6 +371,8 @@ def _queue_item(
         approved_by=approved_by,
         progress=progress(rule, approved_by),
         approve_refusal="" if verdict.allowed else verdict.message,
+        run_writes=writes.summary_text(run_writes),
+        run_writes_not_applied=writes.not_applied(run_writes),
     )
 
 

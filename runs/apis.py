@@ -31,6 +31,7 @@ from runs.domain.budgets import (
     MAX_TOKENS_CEILING,
     RunBudgets,
 )
+from runs.domain.writes import OUTCOME_FLAGS
 from runs.limits import LimitError
 
 MAX_PAGE = 200
@@ -49,17 +50,30 @@ def _page(view: APIView, request: Request, qs: Any, serializer: type) -> Respons
     return paginator.get_paginated_response(serializer(page, many=True).data)
 
 
+class WritesOut(serializers.Serializer):
+    succeeded = serializers.IntegerField()
+    rejected = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    unknown = serializers.IntegerField()
+
+
 class RunOut(serializers.ModelSerializer):
     run_id = serializers.CharField(source="id")
     owner = serializers.CharField(source="owner.username", default=None)
+    # What the run's writes came to (null: a run from before they were counted), and the flag
+    # of a completed run with a write that did not take effect (runs.domain.writes).
+    writes = WritesOut(allow_null=True, read_only=True)
+    outcome_flag = serializers.ChoiceField(
+        choices=list(OUTCOME_FLAGS), allow_null=True, read_only=True
+    )
 
     class Meta:
         model = m.Run
         fields = [
             "run_id", "subject", "goal", "owner", "status", "version", "step", "max_steps",
             "tool_calls", "max_tool_calls", "max_repeated_proposal", "deadline_ms",
-            "max_tokens", "tokens_used", "stop_reason", "answer", "citations",
-            "pending_confirmation_id", "budgets", "tool_policy",
+            "max_tokens", "tokens_used", "stop_reason", "writes", "outcome_flag", "answer",
+            "citations", "pending_confirmation_id", "budgets", "tool_policy",
             "created_at", "updated_at",
         ]  # fmt: skip
 
@@ -136,6 +150,13 @@ class RunListCreate(APIView):
             OpenApiParameter("subject", str),
             OpenApiParameter("created_after", str, description="ISO 8601"),
             OpenApiParameter("created_before", str, description="ISO 8601"),
+            OpenApiParameter(
+                "outcome_flag",
+                str,
+                enum=list(OUTCOME_FLAGS),
+                description="writes_not_applied: completed runs with a write that did not "
+                "take effect (rejected, failed or unknown)",
+            ),
         ],
         responses=RunOut(many=True),
     )
@@ -157,6 +178,8 @@ class RunListCreate(APIView):
             qs = qs.filter(created_at__gte=f["created_after"])
         if f.get("created_before"):
             qs = qs.filter(created_at__lt=f["created_before"])
+        if f.get("outcome_flag"):
+            qs = selectors.runs_flagged(qs)
         return _page(self, request, qs, RunOut)
 
     @extend_schema(request=RunCreateIn, responses={201: RunOut})
@@ -209,6 +232,7 @@ class _Filters(serializers.Serializer):
     subject = serializers.CharField(max_length=128, required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
+    outcome_flag = serializers.ChoiceField(choices=list(OUTCOME_FLAGS), required=False)
     cursor = serializers.CharField(required=False)
     page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, required=False)
 

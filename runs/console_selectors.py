@@ -24,6 +24,7 @@ from runs import selectors
 from runs.domain.handoff import HandoffStatus
 from runs.domain.machine import TERMINAL, Status
 from runs.domain.timeline import StepGroup, build_timeline
+from runs.models import WRITE_FIELDS
 
 PAGE_SIZE = 50
 # The detail renders at most this many trace events (the latest); the API pages the rest.
@@ -71,6 +72,7 @@ def runs_page(
     status: str = "",
     subject: str = "",
     text: str = "",
+    outcome_flag: str = "",
     after: tuple[datetime, str] | None = None,
     size: int = PAGE_SIZE,
 ) -> RunsPage:
@@ -81,12 +83,16 @@ def runs_page(
     (created_at, id): ``created_at <= t AND (created_at < t OR id < i)`` keeps the bound on the
     indexed column, so the database walks the index from the cursor and stops after a page,
     however deep the page is (an OFFSET would read and drop every row before it).
+    ``outcome_flag`` (``writes_not_applied``) keeps the flagged runs only: the condition of a
+    partial index that holds only them, so that page walks a small index too.
     """
     qs = selectors.runs_visible(user=user)
     if subject:
         qs = qs.filter(subject=subject)
     if text:
         qs = qs.filter(goal__icontains=text)
+    if outcome_flag:
+        qs = selectors.runs_flagged(qs)
     # count(*), not count(id): PostgreSQL answers it from the status index alone (index-only).
     counts = dict(
         qs.order_by().values_list("status").annotate(n=Count("*")).values_list("status", "n")
@@ -101,6 +107,7 @@ def runs_page(
         .only(
             "id", "subject", "goal", "status", "version", "step", "max_steps", "tool_calls",
             "max_tool_calls", "stop_reason", "created_at", "owner__username",
+            *WRITE_FIELDS,
         )
         .order_by("-created_at", "-id")[: size + 1]
     )  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 
 from runs import profiles
 from runs.context import RunsContext
-from runs.demo_planner import final, tool
+from runs.demo_planner import failed, final, tool
 from runs.models import RunProfile
 
 _SEARCH = tool(
@@ -81,6 +81,13 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
                     "A task is retried automatically at most three times, then it "
                     "moves to the quarantine queue. Citations as footnotes from now on.",
                     ["tool-1"],
+                    # Said only if the planner saw the write succeed (step 2's outcome).
+                    unless=failed(
+                        2,
+                        "A task is retried automatically at most three times, then it "
+                        "moves to the quarantine queue. Could not save citation_style="
+                        "footnote: {code}.",
+                    ),
                 ),
             ],
         },
@@ -121,6 +128,12 @@ DEMO_PROFILES: tuple[dict[str, Any], ...] = (
                     "The report is in run-output/reports/retry-policy.md: a task is "
                     "retried at most three times, then quarantined.",
                     ["tool-1", "tool-2"],
+                    unless=failed(
+                        2,
+                        "A task is retried at most three times, then quarantined. Could not "
+                        "write run-output/reports/retry-policy.md: {code}.",
+                        ["tool-1"],
+                    ),
                 ),
             ],
         },

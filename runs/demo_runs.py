@@ -42,7 +42,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from runs.context import RunsContext
-from runs.demo_planner import final, tool
+from runs.demo_planner import failed, final, tool
 from runs.domain.budgets import MAX_DEADLINE_MS
 from runs.domain.machine import Status
 from runs.limits import RunLimits
@@ -124,7 +124,12 @@ def _after_the_forum_post(goal: str, key: str, value: str, **budgets: int) -> di
     planner = [
         _search(),
         _save("p2", key, value, ["tool-1"], reason="来自检索文本的建议"),
-        final(ANSWER, ["tool-1"]),
+        # The answer says what became of the write, as the planner saw it (step 2's outcome).
+        final(
+            f"{ANSWER} Saved: {key}={value}.",
+            ["tool-1"],
+            unless=failed(2, f"{ANSWER} Could not save {key}={value}: {{code}}."),
+        ),
     ]
     return _scenario(goal, [SEARCH, _memory_write("alice")], planner, budgets=budgets)
 
@@ -153,7 +158,14 @@ def _history(goal: str) -> dict[str, Any]:
     return _scenario(
         goal,
         [_memory_write("alice")],
-        [*saves, final("Saved: citations as endnotes.", ["tool-3"])],
+        [
+            *saves,
+            final(
+                "Saved: citations as endnotes.",
+                ["tool-3"],
+                unless=failed(3, "Could not save citations as endnotes: {code}.", []),
+            ),
+        ],
         confirmations=[
             _confirmed(f"style-{s}", "citation_style", s, **v)
             for s, v in zip(styles, versions, strict=True)
@@ -176,7 +188,7 @@ def _cancelled(goal: str) -> dict[str, Any]:
     return _scenario(
         goal,
         [_memory_write("alice")],
-        [save, final("Saved.", ["tool-1"])],
+        [save, final("Saved.", ["tool-1"], unless=failed(1, "Not saved: {code}.", []))],
         human=[{"action": "cancel", "reason": "changed my mind"}],
     )
 
@@ -188,7 +200,10 @@ def _unknown(goal: str) -> dict[str, Any]:
     return _scenario(
         goal,
         [grant],
-        [notify, final("Partner notified.", ["tool-1"])],
+        [
+            notify,
+            final("Partner notified.", ["tool-1"], unless=failed(1, "Not notified: {code}.", [])),
+        ],
         subject="bob",
     )
 
@@ -200,7 +215,10 @@ def _four_eyes(goal: str) -> dict[str, Any]:
     return _scenario(
         goal,
         [grant],
-        [publish, final("Notice published.", ["tool-1"])],
+        [
+            publish,
+            final("Notice published.", ["tool-1"], unless=failed(1, "Not published: {code}.", [])),
+        ],
         subject="bob",
         budgets={"deadline_ms": waiting_deadline_ms()},
     )

@@ -34,6 +34,7 @@ from runs.domain.handoff import (
 )
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, StopReason
+from runs.domain.writes import is_write
 from runs.doorbell import ring_console
 from runs.handoff_selectors import can_compensate, unsettled_effect
 from runs.store import command_from_row
@@ -84,10 +85,13 @@ def _not_open(handoff_id: int) -> DomainError:
     )
 
 
-def _record(store: Any, run_id: str, event: str, **details: Any) -> None:
+def _record(
+    store: Any, run_id: str, event: str, recount: tuple[str, str] | None = None, **details: Any
+) -> None:
     for _ in range(20):
         try:
-            store.apply(lifecycle.handoff_event(store.load(run_id), event, **details))
+            commit = lifecycle.handoff_event(store.load(run_id), event, recount=recount, **details)
+            store.apply(commit)
             return
         except DomainError:
             continue
@@ -124,6 +128,7 @@ def handoff_resolve(
     store = ctx.store()
     result: dict[str, Any] = {"action": action}
     new_status = None
+    recount = None
     if action in EFFECT_ACTIONS:
         # Unreachable: resolution_refusal refused an effect action without a row already.
         assert row is not None  # noqa: S101
@@ -131,6 +136,9 @@ def handoff_resolve(
             action, row, store, ctx, by=actor_name(by), reason=reason, clock=clock
         )
         result.update(ledger_status=new_status, idempotency_token=row.idempotency_token, **outcome)
+        if is_write(ctx.registry().contract(row.tool_name, row.tool_version)):
+            # The run's write summary counts it as the reviewer found it (runs.domain.writes).
+            recount = (row.status, str(outcome["effect"]))
     with transaction.atomic():
         if new_status is not None:
             n = m.LedgerEntry.objects.filter(pk=row.pk, status=row.status).update(
@@ -157,6 +165,7 @@ def handoff_resolve(
             by=actor_name(by),
             reason=reason[:256],
             ledger_status=new_status,
+            recount=recount,
         )
         n = m.Handoff.objects.filter(pk=handoff.pk, status=HandoffStatus.CLAIMED).update(
             status=HandoffStatus.RESOLVED, resolution=result, resolved_at=timezone.now()

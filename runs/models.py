@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from policy.domain.canonical import HASH_SCHEME
+from runs.domain import writes
 from runs.domain.budgets import DEFAULT_MAX_TOKENS
 from runs.domain.handoff import HandoffStatus
 from runs.domain.ledger import LedgerStatus
@@ -20,6 +21,16 @@ from runs.domain.profiles import AUDIENCES
 
 class AppendOnlyError(Exception):
     """The trace is append-only: the application never updates or deletes an event."""
+
+
+# ``runs.domain.writes.outcome_flag`` as a filter: a completed run with a write that did not take
+# effect. The partial index ``run_outcome_flagged`` is built from this very expression (the
+# database uses it only for a query that repeats its condition); tests/domain/test_writes.py and
+# tests/services/test_run_outcome.py hold the two rules together.
+WRITE_FIELDS = sorted(writes.FIELDS.values())
+OUTCOME_FLAGGED = Q(status=Status.COMPLETED.value) & (
+    Q(writes_rejected__gt=0) | Q(writes_failed__gt=0) | Q(writes_unknown__gt=0)
+)
 
 
 class Run(models.Model):
@@ -65,6 +76,12 @@ class Run(models.Model):
     # The effective tool policy, recorded at creation (policy.domain.tool_policy) so the gate
     # never reads a profile edited later. {} (every run from before issue 12): contract modes.
     tool_policy = models.JSONField(default=dict, blank=True)
+    # How the run's writes ended (runs.domain.writes), counted in the commits of its steps.
+    # NULL: a run from before migration 0011, never counted (its counts would be partial).
+    writes_succeeded = models.PositiveIntegerField(null=True, default=0)
+    writes_rejected = models.PositiveIntegerField(null=True, default=0)
+    writes_failed = models.PositiveIntegerField(null=True, default=0)
+    writes_unknown = models.PositiveIntegerField(null=True, default=0)
     # Fault injection plan from a scenario file (trusted configuration, never planner output).
     faults = models.JSONField(default=dict, blank=True)
     # One worker at a time (not run state: never part of the version compare-and-set).
@@ -86,6 +103,12 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(step__lte=F("max_steps")), name="run_step_within_budget"
             ),
+            # The write counts are kept together or not at all (runs.domain.writes.counts_of).
+            models.CheckConstraint(
+                condition=Q(**{f"{f}__isnull": True for f in WRITE_FIELDS})
+                | Q(**{f"{f}__isnull": False for f in WRITE_FIELDS}),
+                name="run_writes_counted_together",
+            ),
         ]
         indexes = [
             models.Index(fields=["status", "-created_at"], name="run_status_created"),
@@ -93,10 +116,36 @@ class Run(models.Model):
             models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
             # The runs list filtered by subject (and status), newest first.
             models.Index(fields=["subject", "status", "-created_at"], name="run_subject_status"),
+            # The runs list's outcome filter (``?outcome_flag=writes_not_applied``), newest
+            # first: only flagged runs are in it, so it stays small and the filter walks it.
+            # ``status`` leads (always "completed" here) so that SQLite's planner, which has no
+            # statistics, prefers it to run_status_created: it also gives the page's order.
+            models.Index(
+                fields=["status", "-created_at", "-id"],
+                condition=OUTCOME_FLAGGED,
+                name="run_outcome_flagged",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+    @property
+    def writes(self) -> dict[str, int] | None:
+        """What the run's writes came to, by outcome (None: not counted, an older run)."""
+        return writes.counts_of(self)
+
+    @property
+    def outcome_flag(self) -> str | None:
+        return writes.outcome_flag(self.status, self.writes)
+
+    @property
+    def writes_not_applied(self) -> int:
+        return writes.not_applied(self.writes)
+
+    @property
+    def writes_text(self) -> str:
+        return writes.summary_text(self.writes)
 
 
 class TraceEventQuerySet(models.QuerySet):

@@ -126,6 +126,12 @@ def runs_visible(*, user: Any) -> Any:
     return qs.filter(own_runs_q(user=user))
 
 
+def runs_flagged(runs: Any) -> Any:
+    """Of ``runs``, those flagged ``writes_not_applied`` (runs.domain.writes): the condition of
+    the partial index ``run_outcome_flagged``, so the newest-first page walks that index."""
+    return runs.filter(m.OUTCOME_FLAGGED)
+
+
 def access_run(*, user: Any, run_id: str) -> m.Run:
     """The run, if ``user`` may see it. A foreign run is 'not found': its existence is not
     disclosed."""

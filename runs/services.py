@@ -7,7 +7,7 @@ Celery tasks, management commands) call these and nothing below them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -20,6 +20,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets, shown_proposal
+from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.roles import actor_name, approver_facts, user_or_none
 from runs import erasure
@@ -297,7 +298,8 @@ def confirmation_decide(
     item was decided meanwhile is told by whom (CONFIRMATION_NOT_PENDING).
     """
     reason = redact_secrets(reason.strip())
-    store = resolve(ctx).store()
+    ctx = resolve(ctx)
+    store = ctx.store()
     for _ in range(DECIDE_ATTEMPTS):
         try:
             with transaction.atomic():
@@ -320,7 +322,13 @@ def confirmation_decide(
                 ):
                     raise policy_services.confirmation_refusal(confirmation_id=row.pk)
                 commit = _decision_commit(
-                    row, state, run_owner_id=owner_id, approved=approved, by=by, reason=reason
+                    row,
+                    state,
+                    run_owner_id=owner_id,
+                    approved=approved,
+                    by=by,
+                    reason=reason,
+                    registry=ctx.registry,
                 )
                 state = store.apply(commit, decided_by=user_or_none(by))
                 if enqueue and state.status is not Status.WAITING_CONFIRMATION:
@@ -339,7 +347,14 @@ def _lock_run(run_id: str) -> Any:
 
 
 def _decision_commit(
-    row: Any, state: RunState, *, run_owner_id: Any, approved: bool, by: Any, reason: str
+    row: Any,
+    state: RunState,
+    *,
+    run_owner_id: Any,
+    approved: bool,
+    by: Any,
+    reason: str,
+    registry: Callable[[], ToolRegistry],
 ) -> Commit:
     """The commit of this person's answer, after the approver rule allowed it."""
     rule = approver_rule(row.approvers)
@@ -371,6 +386,9 @@ def _decision_commit(
         rule=rule,
         earlier=earlier,
         independent=independent,
+        # Read only for a decline (the registry's freshness check costs a query): a declined
+        # write counts as rejected; an approved one is counted when it is settled.
+        contract=None if approved else registry().contract(row.tool_name, row.tool_version),
     )
 
 

@@ -114,6 +114,11 @@ class ToolRegistry:
     def get(self, name: str, version: str) -> RegisteredTool | None:
         return self._tools.get((name, version))
 
+    def contract(self, name: str, version: str) -> ToolContract | None:
+        """The contract of (name, version), or None when no such tool is registered."""
+        tool = self._tools.get((name, version))
+        return tool.contract if tool is not None else None
+
     def __iter__(self) -> Iterator[ToolContract]:
         return (tool.contract for tool in self._tools.values())
 

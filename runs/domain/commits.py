@@ -22,10 +22,13 @@ from typing import Any, Protocol
 from memory.domain.working import WorkingItem, item_from_observation
 from policy.domain import canonical as hashing
 from policy.domain.approvers import DEFAULT_RULE, ApproverRule
+from policy.domain.contracts import ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
+from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
+from runs.domain import writes
 from runs.domain.calls import ModelRequest
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, Event, Status, StopReason, transition
@@ -149,7 +152,15 @@ class Builder:
     ) -> None:
         self.move(event, proposal_id)
         self.s.stop_reason = reason
+        # What the run's writes came to, as counted up to this commit (the caller counts the
+        # outcome that stops the run before it stops it).
+        details = {**writes.stop_details(self.s), **details}
         self.emit(ev.RUN_STOPPED, proposal_id, status=self.s.status.value, reason=reason, **details)
+
+    def count_write(self, contract: ToolContract | None, outcome: OutcomeStatus) -> None:
+        """Count a call's outcome in the run's write summary, if the call is a write."""
+        if writes.is_write(contract):
+            writes.count(self.s, outcome)
 
     def observe(
         self,

@@ -17,6 +17,7 @@ from policy.domain.errors import CanonicalError, ParseError
 from policy.domain.gate import RunView, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
+from policy.domain.outcomes import OutcomeStatus
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
 from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
@@ -242,17 +243,19 @@ def _tool(
     }
 
     if isinstance(decision, Reject):
+        b.count_write(contract, OutcomeStatus.REJECTED)
         b.reject(pid, decision.layer, decision.code, **summary)
         b.absorb(fingerprint)
     elif isinstance(decision, Stop):
         b.emit(ev.PROPOSAL_REJECTED, pid, layer=decision.layer, code=decision.reason, **summary)
+        b.count_write(contract, OutcomeStatus.REJECTED)
         b.stop(Event.FAIL, decision.reason, pid)
         if decision.reason != StopReason.DEADLINE_REACHED:
             b.commit.handoff_reason = decision.reason
     elif isinstance(decision, NeedsConfirmation):
         _wait_for_confirmation(b, proposal, decision, confirmation_id, cites_untrusted=untrusted)
     elif isinstance(decision, Execute):
-        _execute(b, pid, decision.command, lookups, fingerprint, summary)
+        _execute(b, pid, decision.command, lookups, fingerprint, summary, contract)
     else:
         raise TypeError(f"unexpected gate decision {decision!r}")
     return b.done()
@@ -361,12 +364,15 @@ def _execute(
     lookups: Lookups,
     fingerprint: str,
     summary: dict[str, Any],
+    contract: ToolContract | None,
 ) -> None:
-    """Commit the intent of a command the gate built (intent before effect, STYLE habit 5)."""
+    """Commit the intent of a command the gate built (intent before effect, STYLE habit 5).
+    Its outcome is counted when it is settled (runs.domain.settle), not here."""
     s = b.s
     if lookups.ledger_has(command.idempotency_token):
         # Same run, proposal id and arguments as a command already issued: its token is taken.
         # Executing again would be a second effect under the same identity; refuse instead.
+        b.count_write(contract, OutcomeStatus.REJECTED)
         b.reject(pid, "state", "PROPOSAL_ALREADY_EXECUTED", **summary)
         b.absorb(fingerprint)
         return

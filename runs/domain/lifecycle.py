@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from policy.domain.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
+from policy.domain.contracts import ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
+from policy.domain.outcomes import OutcomeStatus
 from runs.domain import trace as ev
+from runs.domain import writes
 from runs.domain.calls import ModelRequest
 from runs.domain.commits import ApprovalRecord, Builder, Commit, proposal_id_of
 from runs.domain.machine import Event, Status, StopReason
@@ -91,11 +94,14 @@ def decide_confirmation(
     rule: ApproverRule = DEFAULT_RULE,
     earlier: Sequence[tuple[str, str]] = (),
     independent: bool = False,
+    contract: ToolContract | None = None,
 ) -> Commit:
     """A person answered the pending confirmation of this run (with their reason, if any).
 
     ``earlier`` are the approvals recorded before this answer, as (name, reason): the event
-    names every approver (and the decline of a four-eyes item names who had approved)."""
+    names every approver (and the decline of a four-eyes item names who had approved).
+    ``contract``: the pending tool's, so a declined write counts as rejected (an approved one
+    is counted when it is settled)."""
     b = Builder(state, None)
     pid = proposal_id_of(state.pending_proposal)
     reason = reason[:MAX_DECISION_REASON]
@@ -121,6 +127,7 @@ def decide_confirmation(
     b.s.pending_confirmation_id = None
     b.s.stop_reason = None
     b.move(Event.DECLINED, pid)
+    b.count_write(contract, OutcomeStatus.REJECTED)
     b.reject(pid, "confirmation", "CONFIRMATION_DECLINED", confirmation_id=confirmation_id)
     return b.done()
 
@@ -256,8 +263,14 @@ def deadline_during_tool(state: RunState) -> Commit:
     return b.done()
 
 
-def handoff_event(state: RunState, event: str, **details: Any) -> Commit:
-    """A handoff was claimed or resolved: recorded in the run's trace, who and why included."""
+def handoff_event(
+    state: RunState, event: str, *, recount: tuple[str, str] | None = None, **details: Any
+) -> Commit:
+    """A handoff was claimed or resolved: recorded in the run's trace, who and why included.
+    ``recount``: (the ledger row's status before, the effect found) of a write the resolution
+    settled, counted again in the run's write summary (runs.domain.writes.recount)."""
     b = Builder(state, None)
     b.emit(event, None, **details)
+    if recount is not None:
+        writes.recount(b.s, row_status=recount[0], effect=recount[1])
     return b.done()

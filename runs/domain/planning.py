@@ -4,6 +4,8 @@ trace marks them ``source=fixture`` — never as model output (seed §12)."""
 from __future__ import annotations
 
 import copy
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -91,4 +93,61 @@ class FixturePlanner:
         # was and never replays step one.
         if state.planner_cursor >= len(self.outputs):
             raise PlannerExhausted("the fixture planner has no more outputs")
-        return copy.deepcopy(self.outputs[state.planner_cursor])
+        return as_seen(copy.deepcopy(self.outputs[state.planner_cursor]), context)
+
+
+# A scripted output that depends on what a step came to: ``{"kind": "final", "answer": …,
+# "if_step_failed": {"step": 2, "answer": "Could not save …: {code}", …}}``.
+IF_STEP_FAILED = "if_step_failed"
+NOT_SEEN = "OUTCOME_NOT_SEEN"
+_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
+def as_seen(output: Any, context: PlannerContext) -> Any:
+    """A scripted output as the planner would write it having read its view (issue 21 item 2:
+    a script must not claim an effect it did not get).
+
+    An output with ``if_step_failed: {step, answer, citation_observation_ids?}`` is itself unless
+    the planner's view shows that step's call did not succeed (the tool's result, or the gate's
+    rejection, made at that step): then the alternative's ``answer`` (``{code}`` replaced by the
+    outcome's code) and citations replace the output's. A step whose outcome is not in view
+    counts as not succeeded (``OUTCOME_NOT_SEEN``): no claim without evidence. Anything not of
+    that shape is left as it is, for the gate to refuse."""
+    if not isinstance(output, dict) or not isinstance(output.get(IF_STEP_FAILED), dict):
+        return output
+    branch = output.pop(IF_STEP_FAILED)
+    step, answer = branch.get("step"), branch.get("answer")
+    if not isinstance(step, int) or not isinstance(answer, str):
+        output[IF_STEP_FAILED] = branch  # malformed: a PARSE_ERROR, as any unknown field
+        return output
+    code = _failure_code(context.observations, step)
+    if code is None:
+        return output
+    output["answer"] = answer.replace("{code}", code)
+    if "citation_observation_ids" in branch:
+        output["citation_observation_ids"] = branch["citation_observation_ids"]
+    return output
+
+
+def _failure_code(items: list[dict[str, Any]], step: int) -> str | None:
+    """None if the view shows ``step``'s call succeeded; else the code of how it ended."""
+    made = (f"tool-{step}", f"policy-{step}")
+    found = [i for i in items if (i.get("source_ids") or [None])[0] in made]
+    if not found:
+        return NOT_SEEN
+    item = found[-1]
+    if item.get("kind") == "evidence-summary":
+        return None  # search results: the call succeeded
+    try:
+        content = json.loads(item.get("content") or "")
+    except ValueError:
+        return NOT_SEEN  # clipped past reading: not seen
+    if not isinstance(content, dict):
+        return NOT_SEEN
+    if content.get("status") == "succeeded":
+        return None
+    code = content.get("code")
+    if isinstance(code, str) and _CODE.fullmatch(code):
+        return code
+    status = content.get("status")
+    return str(status).upper() if status in ("rejected", "failed", "unknown") else NOT_SEEN

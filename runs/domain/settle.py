@@ -54,6 +54,8 @@ def settle(
         output_bytes=out_size,
         reconciled=reconciled,
     )
+    # Counted before the run may stop below, so ``run.stopped`` includes this write.
+    b.count_write(contract, _write_outcome(outcome, output_violation, verification))
     if outcome.status is OutcomeStatus.SUCCEEDED and output_violation is not None:
         _output_invalid(b, command, outcome, output_violation)
     elif outcome.status is OutcomeStatus.SUCCEEDED:
@@ -64,6 +66,18 @@ def settle(
         _no_effect(b, command, outcome)
     b.absorb(command_fingerprint(command))
     return b.done()
+
+
+def _write_outcome(
+    outcome: ToolOutcome, output_violation: str | None, verification: Verification | None
+) -> OutcomeStatus:
+    """How the call counts in the run's write summary (runs.domain.writes): a success whose
+    output broke its schema or whose post-condition failed did not do what was asked."""
+    if outcome.status is OutcomeStatus.SUCCEEDED and (
+        output_violation is not None or (verification is not None and not verification.ok)
+    ):
+        return OutcomeStatus.FAILED
+    return outcome.status
 
 
 def _output_invalid(

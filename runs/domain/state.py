@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from runs.domain import writes
 from runs.domain.budgets import DEFAULT_MAX_TOKENS
 from runs.domain.machine import Status
 
@@ -44,6 +45,12 @@ class RunState(BaseModel):
     # The effective tool policy recorded when the run was created (policy.domain.tool_policy);
     # written once, never by a step ({} = each tool's contract mode, as before issue 12).
     tool_policy: dict[str, Any] = {}
+    # How the run's writes ended so far (runs.domain.writes): counted in the commit of each
+    # decision or outcome. None: a run from before the counting (issue 21), never counted.
+    writes_succeeded: int | None = 0
+    writes_rejected: int | None = 0
+    writes_failed: int | None = 0
+    writes_unknown: int | None = 0
 
     def fork(self) -> RunState:
         """A copy to change in place without touching this one: each container is new. Cheaper
@@ -60,7 +67,16 @@ class RunState(BaseModel):
         )
 
     def public(self) -> dict[str, Any]:
-        """The seed's RunState fields, snake_case, as scenario output and the API show them."""
+        """The seed's RunState fields, snake_case, as scenario output and the API show them,
+        with what the run's writes came to (``runs.domain.writes``)."""
+        counts = writes.counts_of(self)
+        return {
+            **self._seed_fields(),
+            "writes": counts,
+            "outcome_flag": writes.outcome_flag(self.status, counts),
+        }
+
+    def _seed_fields(self) -> dict[str, Any]:
         return self.model_dump(
             mode="json",
             include={

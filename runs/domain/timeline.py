@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runs.domain import trace as ev
+from runs.domain import writes
 
 
 class Tone(enum.StrEnum):
@@ -174,7 +175,15 @@ def _final(d: Mapping[str, Any]) -> tuple[Tone, str]:
 def _stopped(d: Mapping[str, Any]) -> tuple[Tone, str]:
     status = _s(d, "status")
     tone = Tone.OK if status == "completed" else Tone.BAD if status == "failed" else Tone.WARN
-    return tone, f"Run stopped: {_s(d, 'reason')} ({status})"
+    text = f"Run stopped: {_s(d, 'reason')} ({status})"
+    if d.get("outcome_flag"):
+        # A completed run whose write did not take effect (runs.domain.writes) is no success.
+        n = sum(v for k in _NOT_APPLIED if isinstance(v := d.get(k), int))
+        return Tone.WARN, f"{text}, {n} write{'' if n == 1 else 's'} not applied"
+    return tone, text
+
+
+_NOT_APPLIED = tuple(writes.FIELDS[o] for o in writes.NOT_APPLIED)
 
 
 def _fixed(tone: Tone, text: str) -> Summary:

@@ -16,6 +16,7 @@ from agentconsole import wiring
 from policy.pages import domain_errors, page_error, role_required, signed_in
 from runs import console_selectors as cs
 from runs import console_services
+from runs.domain.writes import WRITES_NOT_APPLIED
 
 
 class RunFilters(forms.Form):
@@ -25,6 +26,11 @@ class RunFilters(forms.Form):
     )
     subject = forms.CharField(max_length=128, required=False, strip=True)
     q = forms.CharField(max_length=200, required=False, strip=True, label="Goal contains")
+    outcome_flag = forms.ChoiceField(
+        choices=[("", "Any outcome"), (WRITES_NOT_APPLIED, "Write not applied")],
+        required=False,
+        label="Outcome",
+    )
     cursor = forms.CharField(max_length=400, required=False)
 
 
@@ -47,10 +53,12 @@ def run_list(request: HttpRequest) -> HttpResponse:
         status=f["status"],
         subject=f["subject"],
         text=f["q"],
+        outcome_flag=f["outcome_flag"],
         after=after,
         size=cs.PAGE_SIZE,
     )
-    keep = {k: v for k, v in (("subject", f["subject"]), ("q", f["q"])) if v}
+    kept = (("subject", f["subject"]), ("q", f["q"]), ("outcome_flag", f["outcome_flag"]))
+    keep = {k: v for k, v in kept if v}
     context: dict[str, Any] = {"page": page, "form": form, "filters": f, "keep": keep}
     return render(request, "console/runs/list.html", context)
 

@@ -91,7 +91,14 @@
     "run.cancel-requested": ["warn", fmt("Cancel requested by {by}")],
     "run.stopped": [null, function (d) {
       var tone = d.status === "completed" ? "ok" : d.status === "failed" ? "bad" : "warn";
-      return [tone, "Run stopped: " + v(d, "reason") + " (" + v(d, "status") + ")"];
+      var text = "Run stopped: " + v(d, "reason") + " (" + v(d, "status") + ")";
+      if (!d.outcome_flag) return [tone, text];
+      // A completed run whose write did not take effect (runs/domain/writes.py): no success.
+      var n = 0;
+      ["writes_rejected", "writes_failed", "writes_unknown"].forEach(function (k) {
+        if (typeof d[k] === "number") n += d[k];
+      });
+      return ["warn", text + ", " + n + " write" + (n === 1 ? "" : "s") + " not applied"];
     }],
     "handoff.opened": ["warn", fmt("Handoff opened: {reason}")],
     "handoff.claimed": ["info", fmt("Handoff claimed by {by}")],

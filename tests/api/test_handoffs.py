@@ -174,6 +174,9 @@ def test_a_reviewer_settles_a_failed_verification(people: kit.People, settings: 
     handed = kit.Handed(run_id=run_id, handoff_id=handoff.pk)
     (before,) = kit.assert_ok(people.reviewer.get(f"/api/runs/{run_id}/ledger/"))
     assert before["status"] == "compensation-required"
+    # The run's write summary (issue 21 item 2): a failed post-condition counts as failed ...
+    writes = kit.assert_ok(people.reviewer.get(f"/api/runs/{run_id}/"))["writes"]
+    assert (writes["succeeded"], writes["failed"]) == (0, 1)
 
     kit.assert_ok(claim(people.reviewer, handed))
     body = kit.assert_ok(resolve(people.reviewer, handed, "mark_effect_present", "file checked"))
@@ -186,3 +189,6 @@ def test_a_reviewer_settles_a_failed_verification(people: kit.People, settings: 
     (resolved,) = kit.events_of(run_id, "handoff.resolved")
     assert resolved.details["by"] == "reviewer"
     assert resolved.details["ledger_status"] == "reconciled"
+    # ... and as the reviewer found it once they settled it: present, a write that took effect.
+    writes = kit.assert_ok(people.reviewer.get(f"/api/runs/{run_id}/"))["writes"]
+    assert (writes["succeeded"], writes["failed"]) == (1, 0)

@@ -215,7 +215,9 @@ def test_detail_shows_state_budgets_trace_observations_ledger_and_linked_citatio
     run_id = seed_run(alice)
     page = client_for(alice).get(f"/runs/{run_id}/").content.decode()
     run = m.Run.objects.get(pk=run_id)
-    assert re.search(r"<span class=\"badge badge-ok\" data-run-status>completed</span>", page)
+    # The injected memory write was refused: the run completed, flagged (issue 21 item 2).
+    assert re.search(r"<span class=\"badge badge-warn\" data-run-status>completed</span>", page)
+    assert 'data-outcome-flag="writes_not_applied"' in page
     assert f"<dd data-run-version>{run.version}</dd>" in page
     assert "FINAL_ANSWER_VALIDATED" in page
     assert f"{run.step} of {run.max_steps}" in page
