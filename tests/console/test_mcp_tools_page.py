@@ -5,7 +5,6 @@ Personas: ``operator`` (group operator) sees and accepts; ``alice`` (group user)
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def notes(tmp_path: Path, settings: Any) -> str:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": "t"}
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]
     settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000
     wiring.registry.cache_clear()
-    spec = stdio_server(tmp_path).spec
+    server = stdio_server(tmp_path)
+    spec = server.spec
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(server.argv),)
     services.mcp_server_register(
-        spec=spec, by=None, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+        spec=spec, by=None, lister=wiring.mcp_lister, allowed_commands=[server.argv]
     )
     return str(spec["name"])
 
