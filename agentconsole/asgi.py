@@ -11,8 +11,14 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agentconsole.demo_passwords import refuse_demo_passwords  # noqa: E402
 from agentconsole.routing import websocket_urlpatterns  # noqa: E402
 from agentconsole.ws_auth import TokenOrSessionAuth  # noqa: E402
+
+# Any ASGI server (daphne, uvicorn...) that loads the application refuses to serve with DEBUG=0
+# while a demo password works: the error ends the server's start-up
+# (agentconsole/demo_passwords.py).
+refuse_demo_passwords("the web process (ASGI)")
 
 application = ProtocolTypeRouter(
     {

@@ -1,27 +1,18 @@
 """System checks of a deployment (``manage.py check --deploy``; scripts/run.sh runs it before it
-starts the web server and the worker when DEBUG is off, because daphne runs no checks itself)."""
+starts the web server and the worker when DEBUG is off, because daphne runs no checks itself).
+A demo password also stops every entry point on its own (agentconsole/demo_passwords.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from agentconsole import wiring
-from runs.demo_users import DEMO_USERS
-
-# The accounts ``load_demo`` creates, each with its user name as password (runs/demo_users.py).
-DEMO_PASSWORDS = {name: name for name, _role, _what in DEMO_USERS}
-
-
-def demo_accounts_with_demo_password() -> list[str]:
-    """Active users whose password is still the demo one (a password hash check per account)."""
-    users = get_user_model().objects.filter(username__in=DEMO_PASSWORDS, is_active=True)
-    return sorted(u.get_username() for u in users if u.check_password(DEMO_PASSWORDS[u.username]))
+from agentconsole.demo_passwords import demo_accounts_with_demo_password
 
 
 @register(Tags.security, deploy=True)

@@ -15,6 +15,8 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
+from policy.domain import mcp_stdio
+
 
 def json_from_env(name: str) -> Any:
     raw = os.environ.get(name, "").strip()
@@ -59,6 +61,15 @@ def json_list(name: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise RuntimeError(f"{name} must be a JSON list of strings")
     return value
+
+
+def mcp_stdio_commands(name: str = mcp_stdio.SETTING) -> tuple[tuple[str, ...], ...]:
+    """The stdio MCP command lines the deployment allows: a JSON list of exact argv lists
+    (policy/domain/mcp_stdio.py). The old executable-only entries stop the start-up."""
+    try:
+        return mcp_stdio.parse_allowlist(json_from_env(name))
+    except mcp_stdio.AllowlistInvalid as exc:
+        raise RuntimeError(str(exc)) from None
 
 
 def json_dict(name: str) -> dict[str, str]:

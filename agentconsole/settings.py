@@ -349,9 +349,9 @@ AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
 # (an environment variable of a stdio server, a header of an HTTP server) and the executor
 # injects the values at call time. From the environment: a JSON object of strings.
 AGENTCONSOLE_MCP_SECRETS: dict[str, str] = env.json_dict("AGENTCONSOLE_MCP_SECRETS")
-# The commands a stdio MCP server may be started with (absolute paths, exact match): a stdio
+# The whole command lines (exact argv lists) a stdio MCP server may be started with: a stdio
 # server is a program the workers run, so the deployment names them; empty: stdio refused.
-AGENTCONSOLE_MCP_STDIO_COMMANDS: list[str] = env.json_list("AGENTCONSOLE_MCP_STDIO_COMMANDS")
+AGENTCONSOLE_MCP_STDIO_COMMANDS: tuple[tuple[str, ...], ...] = env.mcp_stdio_commands()
 # How long listing a server's tools (register, refresh) may take.
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
 

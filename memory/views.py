@@ -54,22 +54,60 @@ def preferences_page(request: HttpRequest) -> HttpResponse:
     return render(request, "console/memory/preferences.html", {"keys": keys})
 
 
+# Refusals of the value itself: the form comes back with the value kept (issue 21 item 14).
+_VALUE_CODES = ("MEMORY_VALUE_INVALID", "MEMORY_VALUE_TOO_LONG")
+
+
 @role_required(signed_in)
 @require_POST
 @domain_errors
 def preference_propose(request: HttpRequest) -> HttpResponse:
-    """Step 1 of an edit: nothing is written; the user is shown the exact change to confirm."""
+    """Step 1 of an edit: nothing is written; the user is shown the exact change to confirm.
+    A value the key does not take brings the page back, the value in its field and the key's
+    rule in words beside it; anything else (an unknown key, a malformed form) is the error
+    page."""
     form = ProposeForm(request.POST)
     if not form.is_valid():
+        if set(form.errors) == {"value"}:  # the key and the version parsed: show the form
+            return _edit_again(request, form, "VALIDATION_ERROR", form_errors(form))
         return _bad_form(request, form)
-    change = services.preference_propose_edit(
-        subject=_subject(request),
-        key=form.cleaned_data["key"],
-        value=form.cleaned_data["value"],
-        expected_version=form.cleaned_data["expected_version"],
-        by=request.user,
-    )
+    try:
+        change = services.preference_propose_edit(
+            subject=_subject(request),
+            key=form.cleaned_data["key"],
+            value=form.cleaned_data["value"],
+            expected_version=form.cleaned_data["expected_version"],
+            by=request.user,
+        )
+    except services.MemoryError as exc:
+        if exc.code not in _VALUE_CODES:
+            raise
+        return _edit_again(request, form, exc.code, exc.message)
     return redirect(f"{PREFERENCES}changes/{change.pk}/")
+
+
+def _edit_again(request: HttpRequest, form: ProposeForm, code: str, message: str) -> HttpResponse:
+    """The preferences page with the refused edit in its form: the typed value, the version
+    the user read and the reason, in words (the key's own, when it has a policy)."""
+    keys = selectors.preferences_overview(subject=_subject(request))
+    key = form.data.get("key", "")
+    item = next((k for k in keys if k.key == key and k.policy is not None), None)
+    if item is None:
+        return page_error(request, code, message, 400)
+    typed = form.data.get("value", "")
+    if code == "VALIDATION_ERROR" and item.policy is not None:
+        # The form refused it before the key's policy saw it (empty, or over the form's
+        # bound): the key's own words still say what to type.
+        code, message = item.policy.violation(typed) or (code, message)
+    edit = {
+        "key": key,
+        "value": typed,
+        "expected_version": form.data.get("expected_version", ""),
+        "code": code,
+        "message": message,
+    }
+    context = {"keys": keys, "edit": edit}
+    return render(request, "console/memory/preferences.html", context, status=400)
 
 
 @role_required(signed_in)

@@ -16,7 +16,8 @@ case "$(printf '%s' "${DEBUG-1}" | tr '[:upper:]' '[:lower:]' | tr -d '[:space:]
 esac
 if ((!debug)); then
     # daphne and celery run no system checks: run the deployment checks here, and refuse to start
-    # on an error (e.g. agentconsole.E001: an account still has its public demo password).
+    # on an error (e.g. agentconsole.E002, an invalid tool policy). A demo password
+    # (agentconsole.E001) also stops each process on its own (agentconsole/demo_passwords.py).
     "$BIN/python" manage.py check --deploy --fail-level ERROR
 fi
 

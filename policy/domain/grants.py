@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -86,7 +87,8 @@ class Constraint(BaseModel):
     * ``subset_of``: a JSON array whose every item is (JSON-equal to) one of these.
     * ``url_host_in``: an http(s) URL whose parsed, normalized host is one of these; a URL with
       userinfo, a backslash, whitespace or control characters is refused (parsers disagree on
-      where such a host ends).
+      where such a host ends). A value without a scheme is read as an address bar reads it
+      (``www.example.com/page`` is ``http://www.example.com/page``), see ``url_host``.
     * ``pattern``: a string the regular expression matches *in full* (ECMA-262 syntax, run by a
       linear-time engine, so no pattern can make a check slow; at most 256 characters, and a
       value longer than 4096 characters never matches).
@@ -158,14 +160,15 @@ def _under(path: str, prefix: str) -> bool:
 
 
 def normalized_host(host: str) -> str | None:
-    """Lower-case, no trailing dot, IDNA (punycode) ASCII; None when it is no host name.
+    """Lower-case, at most one trailing dot dropped, IDNA (punycode) ASCII; None when it is no
+    host name (``a.example..`` has an empty label: refused, not read as ``a.example``).
 
     A non-ASCII label is accepted only when IDNA maps nothing in it (it is plain punycode of the
     label): Python's codec is IDNA 2003, which maps ``faß`` to ``fass`` and full-width letters to
     ASCII, where IDNA 2008 clients (browsers, ``requests``) reach a *different* host."""
     if not host or any(ch in host for ch in "@/\\:?#[]% ") or not host.isprintable():
         return None
-    labels = host.rstrip(".").lower().split(".")
+    labels = host.lower().removesuffix(".").split(".")
     out = []
     for label in labels:
         if not label:
@@ -184,11 +187,32 @@ def normalized_host(host: str) -> str | None:
     return ".".join(out)
 
 
+# RFC 3986 and the WHATWG URL standard agree on what a scheme is: a letter, then letters,
+# digits, "+", "-" or ".", then ":".
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
 def url_host(value: Any) -> str | None:
     """The normalized host of an http(s) URL, or None when ``value`` is not one we trust to
-    mean the same host to every parser (userinfo, backslash, whitespace, controls)."""
+    mean the same host to every parser (userinfo, backslash, whitespace, controls).
+
+    A value without a scheme is read as a browser's address bar reads it, as ``http://`` and
+    the value (issue 21 item 15: tools take ``www.example.com/page``), except where readers
+    disagree, which is refused:
+
+    1. A leading ``name:`` is a scheme to every URL parser, so ``www.example.com:8080`` has the
+       scheme ``www.example.com``, and ``http:evil.example`` (no ``//``) has no host to Python
+       while a browser reads ``http://evil.example``: only ``http://`` and ``https://`` pass.
+    2. A value starting with ``/`` is a path or, with ``//``, a reference whose scheme comes
+       from wherever the tool resolves it: refused.
+    3. Everything else gets ``http://`` in front and the same checks as a URL with a scheme.
+    """
     if not isinstance(value, str) or not value.isprintable() or any(ch in value for ch in " \\"):
         return None
+    if not _SCHEME.match(value):
+        if value.startswith("/"):
+            return None
+        value = "http://" + value
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError on a malformed port

@@ -21,6 +21,7 @@ from policy.domain.mcp import (
     mcp_contract,
     tighten_schema,
 )
+from policy.domain.mcp_stdio import stdio_refusal
 from policy.models import McpServer, McpTool
 
 log = logging.getLogger(__name__)
@@ -55,14 +56,20 @@ def mcp_accepted_tools() -> list[AcceptedTool]:
     ]
 
 
-def mcp_contracts(*, call: McpCall, allowed_commands: Sequence[str]) -> list[ToolContract]:
+def mcp_contracts(
+    *, call: McpCall, allowed_commands: Sequence[Sequence[str]]
+) -> list[ToolContract]:
     """Contracts of the accepted tools. One that no longer builds (the code's rules grew
-    stricter since it was accepted), or whose stdio command the deployment no longer allows,
-    is left out and logged: one bad MCP tool must not stop every run's registry."""
+    stricter since it was accepted), or whose stdio command line the deployment no longer
+    allows (an executable-only entry allowed it before), is left out and logged: one bad MCP
+    tool must not stop every run's registry."""
     out = []
     for tool in mcp_accepted_tools():
-        if tool.server.transport == "stdio" and tool.server.command not in allowed_commands:
-            log.warning("mcp server %s left out: command not allowed", tool.server.name)
+        server = tool.server
+        if server.transport == "stdio" and stdio_refusal(
+            server.command, server.args, server.env_secrets, allowed_commands
+        ):
+            log.warning("mcp server %s left out: command line not allowed", server.name)
             continue
         try:
             out.append(mcp_contract(tool, call=call))

@@ -24,6 +24,7 @@ from policy.domain.mcp import (
     mcp_contract,
     pin,
 )
+from policy.domain.mcp_stdio import stdio_refusal
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import RegisteredTool
 from policy.models import McpServer, McpTool
@@ -38,15 +39,15 @@ class McpConflict(McpError):
     http_status = 409
 
 
-def command_allowed(spec: McpServerSpec, allowed: Sequence[str]) -> None:
-    """A stdio server is a process the worker starts: an operator picks among the commands the
-    deployment allows (``AGENTCONSOLE_MCP_STDIO_COMMANDS``), else registering a server would be
-    running any program on the workers' hosts."""
-    if spec.transport == "stdio" and spec.command not in allowed:
-        raise McpError(
-            "this command is not in AGENTCONSOLE_MCP_STDIO_COMMANDS",
-            code="MCP_COMMAND_NOT_ALLOWED",
-        )
+def command_allowed(spec: McpServerSpec, allowed: Sequence[Sequence[str]]) -> None:
+    """A stdio server is a process the worker starts: an operator picks among the whole command
+    lines the deployment allows (``AGENTCONSOLE_MCP_STDIO_COMMANDS``), else registering a
+    server would be running any program on the workers' hosts (policy/domain/mcp_stdio.py)."""
+    if spec.transport != "stdio":
+        return
+    refusal = stdio_refusal(spec.command, spec.args, spec.env_secrets, allowed)
+    if refusal is not None:
+        raise McpError(refusal, code="MCP_COMMAND_NOT_ALLOWED")
 
 
 def _invalid(code: str, exc: ValidationError) -> McpError:
@@ -59,7 +60,7 @@ def _invalid(code: str, exc: ValidationError) -> McpError:
 
 
 def mcp_server_register(
-    *, spec: dict[str, Any], by: Any, lister: Lister, allowed_commands: Sequence[str]
+    *, spec: dict[str, Any], by: Any, lister: Lister, allowed_commands: Sequence[Sequence[str]]
 ) -> McpServer:
     """Register a server and record its tools (none accepted yet). Refused with
     MCP_COMMAND_NOT_ALLOWED for a stdio command the deployment does not allow,
@@ -90,7 +91,9 @@ def mcp_server_register(
     return server
 
 
-def mcp_server_refresh(*, name: str, lister: Lister, allowed_commands: Sequence[str]) -> McpServer:
+def mcp_server_refresh(
+    *, name: str, lister: Lister, allowed_commands: Sequence[Sequence[str]]
+) -> McpServer:
     """List the server's tools again. A tool listed differently from what was accepted is
     ``changed`` from now on (refused at the gate until accepted again); one no longer listed
     is ``gone``."""

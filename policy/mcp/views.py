@@ -4,6 +4,8 @@ an operator gets a 404 (the page's existence is not disclosed)."""
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -34,6 +36,11 @@ def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResp
     status = domain_status(error) if error is not None else 200
     servers = selectors.mcp_servers()
     for server in servers:
+        spec = server["spec"]
+        # A stdio server's whole command line, written as AGENTCONSOLE_MCP_STDIO_COMMANDS writes
+        # it (an argv list), so the operator sees exactly what the allowlist must name.
+        argv = [spec.get("command"), *spec.get("args", ())]
+        server["argv_json"] = json.dumps(argv, ensure_ascii=False) if spec.get("command") else ""
         for tool in server["tools"]:
             # What the operator accepts, in full: the listing and the schema the gate will use.
             tool["listing_json"] = pretty_json(tool["listing"]) if tool["listing"] else ""

@@ -93,6 +93,7 @@ class Console:
     url: str
     env: dict[str, str]
     tokens: dict[str, str] = field(default_factory=dict)
+    scratch: Path | None = None  # the live console's own temporary folder
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(

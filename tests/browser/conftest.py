@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -46,6 +45,7 @@ from tests.browser.browser_kit import (
 )
 from tests.browser.csp_watch import Watch, watch
 from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
+from tests.mcp.mcp_kit import stdio_server
 
 
 def _redis_url() -> str:
@@ -67,8 +67,9 @@ def console() -> Iterator[Console]:
         "AGENTCONSOLE_DEMO": "1",
         "AGENTCONSOLE_QUEUE": queue,
         "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
-        # The MCP tools page's test registers the test notes server over stdio (tests/mcp).
-        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([sys.executable]),
+        # The MCP tools page's test registers the test notes server over stdio (tests/mcp),
+        # keeping its files in scratch/mcp: the allowlist names that whole command line.
+        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([stdio_server(scratch / "mcp").argv]),
         "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
     }
     if not ctx.redis_url:
@@ -76,7 +77,7 @@ def console() -> Iterator[Console]:
     env = _env(ctx, **extra)
     stack = contextlib.ExitStack()
     try:
-        console = Console(url="", env=env)
+        console = Console(url="", env=env, scratch=scratch)
         console.manage("migrate", "--noinput", "-v0")
         console.manage("load_demo")
         _start_workers(stack, env, queue, [f"browser-{queue}"])

@@ -201,3 +201,39 @@ def test_memory_pages_fit_both_sizes(
     check_page(operator, "memory-admin")
     operator.goto(f"/memory/{name}/answer_language/")
     check_page(operator, "memory-entry")
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
+def test_a_refused_value_comes_back_in_its_form_with_a_sentence(
+    new_page: Callable[..., Any], console: Console, viewport: dict[str, int]
+) -> None:
+    """issue 21 item 14: a value the key does not take was a dead-end 400 page showing the
+    key's regular expression, and what was typed was lost. Now the same page comes back, the
+    value still in its field, focused, and a sentence beside it; typed right, it goes on."""
+    name = f"vera{viewport['width']}"
+    console.user(name, "user")
+    api = console.api(name)
+    set_preference(api, "answer_language", "de")
+    page = new_page(viewport)
+    login(page, name)
+    page.goto("/preferences/")
+    field = page.get_by_label("New value for answer_language")
+    field.fill("Deutsch (Schweiz)")
+    page.locator("#pref-answer_language").get_by_role("button", name="Review change…").click()
+    page.wait_for_load_state("networkidle")
+
+    field = page.get_by_label("New value for answer_language")
+    assert field.input_value() == "Deutsch (Schweiz)"
+    assert field.evaluate("el => el === document.activeElement")
+    assert field.get_attribute("aria-invalid") == "true"
+    said = "answer_language takes a language code such as en, de or pt-BR."
+    assert page.locator("#error-answer_language").inner_text() == said
+    assert said in page.get_by_role("alert").inner_text()
+    assert "[A-Za-z]" not in page.content()
+    check_page(page, "preference-refused")
+
+    field.fill("de-CH")
+    page.locator("#pref-answer_language").get_by_role("button", name="Review change…").click()
+    page.wait_for_url(re.compile(r"/preferences/changes/\d+/$"))
+    assert page.locator("[data-old-value]").inner_text() == "de"
+    assert page.locator("[data-new-value]").inner_text() == "de-CH"

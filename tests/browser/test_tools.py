@@ -26,7 +26,10 @@ def _row(section: Any, tool: str) -> Any:
 def test_operator_accepts_a_tool_and_sees_it_change(
     new_page: Callable[..., Any], console: Console, tmp_path: Path
 ) -> None:
-    notes = stdio_server(tmp_path, name="notesbrowser")
+    # The folder the console's allowlist names (tests/browser/conftest.py).
+    assert console.scratch is not None
+    (console.scratch / "mcp").mkdir(exist_ok=True)
+    notes = stdio_server(console.scratch / "mcp", name="notesbrowser")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(notes.spec))
     console.manage("mcp", "register", str(spec))

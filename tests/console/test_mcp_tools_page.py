@@ -5,16 +5,17 @@ Personas: ``operator`` (group operator) sees and accepts; ``alice`` (group user)
 
 from __future__ import annotations
 
-import sys
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from agentconsole import wiring
 from policy.mcp import services
-from policy.models import McpTool
+from policy.models import McpServer, McpTool
 from tests.mcp.mcp_kit import TIMEOUT_MS, stdio_server
 from tests.support.personas import make_user
 
@@ -24,12 +25,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def notes(tmp_path: Path, settings: Any) -> str:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": "t"}
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]
     settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000
     wiring.registry.cache_clear()
-    spec = stdio_server(tmp_path).spec
+    server = stdio_server(tmp_path)
+    spec = server.spec
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(server.argv),)
     services.mcp_server_register(
-        spec=spec, by=None, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+        spec=spec, by=None, lister=wiring.mcp_lister, allowed_commands=[server.argv]
     )
     return str(spec["name"])
 
@@ -75,3 +77,13 @@ def test_others_do_not_see_the_page(notes: str) -> None:
     alice = client_for("alice", "user")
     assert alice.get("/tools/").status_code == 404
     assert alice.post(f"/tools/{notes}/lookup/accept/", {}).status_code == 404
+
+
+def test_a_stdio_server_shows_its_whole_command_line(notes: str) -> None:
+    """issue 21 item 13: the allowlist names whole command lines, so the page shows one as the
+    setting writes it (the executable alone would not say what runs)."""
+    spec = McpServer.objects.get(name=notes).spec
+    html = client_for("operator", "operator").get("/tools/").content.decode()
+    argv = json.dumps([spec["command"], *spec["args"]], ensure_ascii=False)
+    assert len(spec["args"]) > 1
+    assert escape(argv) in html

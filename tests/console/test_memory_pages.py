@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
 
 from agentconsole import wiring
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
@@ -253,7 +254,7 @@ def test_a_hash_other_than_the_one_shown_is_refused(as_user: Any) -> None:
         (LANG, "not a language", "MEMORY_VALUE_INVALID"),
         (STYLE, "sideways", "MEMORY_VALUE_INVALID"),
         ("system_prompt", "obey", "MEMORY_KEY_NOT_ALLOWED"),
-        (LANG, "", "VALIDATION_ERROR"),
+        (LANG, "", "MEMORY_VALUE_INVALID"),  # the key's rule says what to type
     ],
 )
 def test_a_bad_value_is_refused_with_its_code(
@@ -262,6 +263,41 @@ def test_a_bad_value_is_refused_with_its_code(
     assert_code(propose(as_user("alice"), key, value), 400, code)
     assert not PreferenceChange.objects.exists()
     assert not PreferenceRecord.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "typed", "message"),
+    [
+        (LANG, "Deutsch (Schweiz)",
+         "answer_language takes a language code such as en, de or pt-BR."),
+        (STYLE, "<b>sideways</b>", "citation_style takes one of: inline, footnote, endnote."),
+        (STYLE, "", "citation_style takes one of: inline, footnote, endnote."),
+    ],
+)  # fmt: skip
+def test_a_refused_value_comes_back_in_its_form_with_words_not_a_pattern(
+    as_user: Any, key: str, typed: str, message: str
+) -> None:
+    """issue 21 item 14: not a dead-end error page showing the key's regular expression, but
+    the preferences page again, the typed value kept in its field (escaped), the version the
+    user read kept, and a sentence beside the field saying what the key takes."""
+    seed("alice", key, "de" if key == LANG else "inline")
+    alice = as_user("alice")
+    response = propose(alice, key, typed, 1)
+    assert response.status_code == 400
+    page = response.content.decode()
+    field = re.search(rf'<input type="text" id="value-{key}"[^>]*>', page)
+    assert field, "the form of the key is shown again"
+    assert f'value="{escape(typed)}"' in field.group(0)
+    assert 'aria-invalid="true"' in field.group(0)
+    assert f"error-{key}" in field.group(0)  # the message describes the field
+    assert f'<p class="error" id="error-{key}">{message}' in page
+    assert "[A-Za-z]" not in page
+    assert "{2,3}" not in page
+    section = page[page.index(f'id="pref-{key}"') :]
+    assert 'name="expected_version" value="1"' in section[: section.index("</form>")]
+    assert not PreferenceChange.objects.exists()
+    # The same value typed right goes on to the confirmation.
+    assert propose(alice, key, "pt-BR" if key == LANG else "footnote", 1).status_code == 302
 
 
 def test_a_stale_version_shows_both_values_and_mine_goes_through_confirmation_again(

@@ -174,9 +174,14 @@ KV_CASES = [
       "https://xn--bcher-kva.example", "https://good.example"],
      ["https://good.example@evil.example/", "https://evil.example/?good.example",
       "https://evil.example\\@good.example/", "ftp://good.example/", "//good.example/x",
-      "https://good.example.evil.example/", "https://evilgood.example/", "good.example",
+      "https://good.example.evil.example/", "https://evilgood.example/", "good.example:443/",
       "https://user:pw@good.example/", "https://good.example:99999/", " https://good.example/",
       "https://good.example/\n", 1, ["https://good.example/"]]),
+    # issue 21 item 15: without a scheme, the host an address bar would read.
+    (Constraint(url_host_in=["www.example.com"]),
+     ["www.example.com/page", "www.example.com", "WWW.example.com./a?b#c"],
+     ["evil.example/www.example.com", "evil.example?www.example.com", "//www.example.com/",
+      "www.example.com@evil.example", "www.example.com:8080/page", "http:www.example.com"]),
 ]  # fmt: skip
 
 
@@ -239,7 +244,55 @@ def test_constraints_load_from_json_grant_config():
      ("https://a.example\\@b.example", None), ("javascript://a.example", None), ("", None),
      # IDNA 2003 would map these onto ASCII hosts; IDNA 2008 clients reach other hosts.
      ("https://fa\u00df.example", None), ("https://\uff27\uff2f\uff2f\uff24.example", None),
-     ("https://a..example", None), ("https://%61.example", None)],
+     ("https://a..example", None), ("https://%61.example", None),
+     ("https://a.example../", None)],
 )  # fmt: skip
 def test_url_host_is_parsed_and_normalized(url, host):
     assert url_host(url) == host
+
+
+# issue 21 item 15: a URL without a scheme is read as a browser's address bar reads it
+# (``http://`` in front), and refused wherever parsers could disagree about its host.
+SCHEMELESS = [
+    ("www.example.com/page", "www.example.com"),
+    ("www.example.com", "www.example.com"),
+    ("WWW.Example.COM./page?q=1#top", "www.example.com"),
+    ("www.example.com?next=@evil.example", "www.example.com"),  # @ in the query, not userinfo
+    ("www.example.com#@evil.example", "www.example.com"),
+    ("b\u00fccher.example/x", "xn--bcher-kva.example"),
+    ("127.0.0.1/status", "127.0.0.1"),
+    ("127.1/status", "127.1"),  # never equal to an allowed 127.0.0.1: refused, not widened
+    # A path or a protocol-relative reference: its scheme and host come from elsewhere.
+    ("//evil.example/x", None),
+    ("/www.example.com", None),
+    # Userinfo and backslashes: parsers disagree about where the host ends.
+    ("evil.example\\@www.example.com", None),
+    ("evil.example\\www.example.com", None),
+    ("www.example.com@evil.example", None),
+    ("user:pass@www.example.com", None),
+    ("www.example.com%40evil.example", None),
+    # A scheme without "//" (a browser reads http://evil.example, Python no host at all).
+    ("http:evil.example", None),
+    ("https:/evil.example", None),
+    ("https:///evil.example", None),
+    ("javascript:alert(1)", None),
+    # host:port without a scheme is a scheme to a URL parser ("www.example.com:"): refused.
+    ("www.example.com:8080/page", None),
+    ("localhost:8080", None),
+    ("www.example.com:80@evil.example", None),
+    # Dots and letters IDNA would map onto ASCII: another host to an IDNA 2008 client.
+    ("www\u3002example.com/x", None),
+    ("www\uff0eexample.com", None),
+    ("\uff57\uff57\uff57.example.com", None),
+    ("fa\u00df.example/x", None),
+    ("www.example.com../x", None),  # one trailing dot is the root; two are an empty label
+    ("[::1]/x", None),
+    (" www.example.com", None),
+    ("www.example.com\t", None),
+    ("www.exa mple.com", None),
+]
+
+
+@pytest.mark.parametrize(("value", "host"), SCHEMELESS)
+def test_a_url_without_a_scheme_is_judged_by_the_host_a_browser_reads(value, host):
+    assert url_host(value) == host

@@ -120,3 +120,43 @@ def test_length_checked_before_shape():
     assert policy.violation("calm") is None
     assert policy.violation("furious")[0] == "MEMORY_VALUE_TOO_LONG"
     assert policy.violation("angry")[0] == "MEMORY_VALUE_INVALID"
+
+
+# ---- issue 21 item 14: a refusal a person understands, never the regular expression ----------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("answer_language", "not a language!",
+         "answer_language takes a language code such as en, de or pt-BR."),
+        ("citation_style", "sideways",
+         "citation_style takes one of: inline, footnote, endnote."),
+        ("answer_language", "z" * 41, "answer_language takes at most 40 characters."),
+        ("answer_language", "", "answer_language takes a language code such as en, de or pt-BR."),
+    ],
+)  # fmt: skip
+def test_a_refusal_says_what_the_key_takes_in_words(key, value, message):
+    _code, text = check_preference(POLICIES, key, value)
+    assert text == message
+
+
+def test_a_pattern_key_says_its_hint_and_without_one_never_shows_the_pattern():
+    hinted = KeyPolicy(key="ticket", pattern="[A-Z]{2,5}-[0-9]+", hint="a ticket id like OPS-7")
+    assert hinted.violation("ops 7") == (
+        "MEMORY_VALUE_INVALID",
+        "ticket takes a ticket id like OPS-7.",
+    )
+    assert hinted.describe() == "a ticket id like OPS-7"
+    bare = KeyPolicy(key="ticket", pattern="[A-Z]{2,5}-[0-9]+")
+    code, text = bare.violation("ops 7")
+    assert code == "MEMORY_VALUE_INVALID"
+    assert "[A-Z]" not in text
+    assert "{2,5}" not in text
+    assert text == "ticket does not take this value."
+
+
+@pytest.mark.parametrize("hint", ["", "x" * 201, "two\nlines"])
+def test_a_hint_is_one_short_line(hint):
+    with pytest.raises(KeyPolicyError, match="hint"):
+        KeyPolicy(key="ticket", pattern="[A-Z]+", hint=hint)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +15,8 @@ from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server, stdio
 @pytest.fixture
 def mcp_secrets(settings: pytest.FixtureRequest) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN}  # type: ignore[attr-defined]
-    # The test server runs under this interpreter; only it may be started.
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]  # type: ignore[attr-defined]
+    # No command line is allowed until a fixture starts a stdio server (``allow``).
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ()  # type: ignore[attr-defined]
     settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000  # type: ignore[attr-defined]
 
 
@@ -29,14 +29,21 @@ def fresh_registry() -> Iterator[None]:
 
 @pytest.fixture(params=["stdio", "http"])
 def notes(
-    request: pytest.FixtureRequest, tmp_path: Path, mcp_secrets: None
+    request: pytest.FixtureRequest, tmp_path: Path, mcp_secrets: None, settings: Any
 ) -> Iterator[NotesServer]:
     if request.param == "stdio":
-        yield stdio_server(tmp_path)
+        yield allow(settings, stdio_server(tmp_path))
     else:
         yield from http_server(tmp_path)
 
 
 @pytest.fixture
-def stdio_notes(tmp_path: Path, mcp_secrets: None) -> NotesServer:
-    return stdio_server(tmp_path)
+def stdio_notes(tmp_path: Path, mcp_secrets: None, settings: Any) -> NotesServer:
+    return allow(settings, stdio_server(tmp_path))
+
+
+def allow(settings: Any, server: NotesServer) -> NotesServer:
+    """The deployment allows exactly this test server's command line (the interpreter, the
+    server script and its arguments)."""
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(server.argv),)
+    return server

@@ -42,6 +42,11 @@ class NotesServer:
     log: Path
     variant: Path
 
+    @property
+    def argv(self) -> list[str]:
+        """A stdio server's whole command line, as the deployment's allowlist names it."""
+        return [self.spec["command"], *self.spec["args"]]
+
     def calls(self, tool: str | None = None) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []

@@ -5,12 +5,15 @@ and the anonymous client may not."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentconsole import wiring
 from policy.models import McpServer, McpTool
-from tests.mcp.mcp_kit import READ_POLICY, NotesServer
+from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, stdio_server
 from tests.support.personas import Persona, make_persona
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_registry")]
@@ -71,7 +74,7 @@ def test_a_bad_server_spec_is_a_400_and_writes_nothing(
 def test_an_unreachable_server_is_a_424_and_writes_nothing(
     operator: Persona, settings: Any
 ) -> None:
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["/nonexistent/mcp-server"]
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [["/nonexistent/mcp-server"]]
     spec = {"name": "gone", "transport": "stdio", "command": "/nonexistent/mcp-server"}
     error(operator.post(SERVERS, spec), 424, "MCP_SERVER_UNAVAILABLE")
     spec = {"name": "gone", "transport": "http", "url": "http://127.0.0.1:9/mcp"}
@@ -80,7 +83,7 @@ def test_an_unreachable_server_is_a_424_and_writes_nothing(
 
 
 def test_only_the_deployments_commands_may_be_started(operator: Persona, settings: Any) -> None:
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["/usr/bin/allowed"]
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [["/usr/bin/allowed"]]
     spec = {"name": "x", "transport": "stdio", "command": "/bin/sh", "args": ["-c", "id"]}
     error(operator.post(SERVERS, spec), 400, "MCP_COMMAND_NOT_ALLOWED")
     assert not McpServer.objects.exists()
@@ -88,7 +91,7 @@ def test_only_the_deployments_commands_may_be_started(operator: Persona, setting
 
 def test_a_missing_secret_is_named(operator: Persona, settings: Any) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {}
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ["x"]
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [["x"]]
     spec = {"name": "x", "transport": "stdio", "command": "x", "env_secrets": {"T": "NOPE"}}
     body = error(operator.post(SERVERS, spec), 400, "MCP_SECRET_MISSING")
     assert body["extra"]["names"] == ["NOPE"]
@@ -134,3 +137,78 @@ def test_register_list_and_accept(operator: Persona, stdio_notes: NotesServer) -
     off = operator.post(f"{SERVERS}notes/enabled/", {"enabled": False})
     assert off.json()["enabled"] is False
     error(operator.post(f"{SERVERS}notes/enabled/", {"enabled": "no"}), 400, "VALIDATION_ERROR")
+
+
+# ---- issue 21 item 13: the allowlist names whole command lines ---------------------------------
+
+
+def test_an_allowed_interpreter_starts_no_other_command_line(
+    operator: Persona, settings: Any, tmp_path: Path
+) -> None:
+    """The deployment allows this interpreter running the notes server with its arguments. The
+    same interpreter with another script, ``-c``, or one argument more is refused, and nothing
+    is started: the marker a started program would write never appears."""
+    notes = stdio_server(tmp_path)
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(notes.argv),)
+    settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN}
+    marker = tmp_path / "started"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    for args in (
+        [str(evil)],
+        ["-c", f"open({str(marker)!r}, 'w').close()"],
+        [*notes.spec["args"], "--unexpected"],
+        [str(evil), *notes.spec["args"]],
+    ):
+        body = error(
+            operator.post(SERVERS, {**notes.spec, "args": args}), 400, "MCP_COMMAND_NOT_ALLOWED"
+        )
+        assert "not in AGENTCONSOLE_MCP_STDIO_COMMANDS" in body["message"]
+    # The allowed executable under another name: a symlink to it, a path through "..".
+    link = tmp_path / "python-link"
+    link.symlink_to(sys.executable)
+    exe = Path(sys.executable)
+    for command in (str(link), f"{exe.parent}/../{exe.parent.name}/{exe.name}"):
+        spec = {**notes.spec, "command": command}
+        error(operator.post(SERVERS, spec), 400, "MCP_COMMAND_NOT_ALLOWED")
+    assert not marker.exists()
+    assert not McpServer.objects.exists()
+
+
+def test_an_environment_that_loads_other_code_is_refused(
+    operator: Persona, settings: Any, tmp_path: Path
+) -> None:
+    """The allowed command line, with ``PYTHONPATH`` set from a secret whose value is a folder
+    holding a ``sitecustomize.py``: the interpreter would run it before the server."""
+    notes = stdio_server(tmp_path)
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(notes.argv),)
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "started"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN, "PLUGINS": str(site)}
+    spec = {**notes.spec, "env_secrets": {"NOTES_TOKEN": "NOTES_TOKEN", "PYTHONPATH": "PLUGINS"}}
+    body = error(operator.post(SERVERS, spec), 400, "MCP_COMMAND_NOT_ALLOWED")
+    assert "PYTHONPATH" in body["message"]
+    assert not marker.exists()
+    assert not McpServer.objects.exists()
+
+
+def test_a_server_allowed_by_an_executable_alone_leaves_the_registry(
+    operator: Persona, stdio_notes: NotesServer, settings: Any
+) -> None:
+    """A server registered earlier, when its interpreter alone was on the list, is left out of
+    the registry once the list names whole command lines and not its own."""
+    created = operator.post(SERVERS, stdio_notes.spec)
+    assert created.status_code == 201, created.json()
+    pin = McpTool.objects.get(name="lookup").listed_pin
+    accept = operator.post(
+        f"{SERVERS}notes/tools/lookup/accept/", {"listed_pin": pin, "policy": READ_POLICY}
+    )
+    assert accept.status_code == 200, accept.json()
+    assert "mcp__notes__lookup" in {c.name for c in wiring.registry()}
+
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [[sys.executable]]
+    wiring.registry.cache_clear()
+    assert "mcp__notes__lookup" not in {c.name for c in wiring.registry()}
+    error(operator.post(f"{SERVERS}notes/refresh/"), 400, "MCP_COMMAND_NOT_ALLOWED")

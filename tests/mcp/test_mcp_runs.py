@@ -9,10 +9,10 @@ result and proposes the write at once. The write still waits for a person.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from agentconsole import wiring
 from policy.domain.contracts import ConfirmationMode, SideEffect
@@ -32,7 +32,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 def register_and_accept(notes: NotesServer, **policies: dict[str, Any]) -> str:
     name = notes.spec["name"]
     mcp_services.mcp_server_register(
-        spec=notes.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+        spec=notes.spec,
+        by=None,
+        lister=wiring.mcp_lister,
+        allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
     )
     for tool, policy in policies.items():
         row = McpTool.objects.get(server__name=name, name=tool)
@@ -161,7 +164,9 @@ def test_a_changed_tool_is_refused_until_accepted_again(stdio_notes: NotesServer
 
     # 2. At registry build, once the listing was refreshed: the gate refuses (semantic layer).
     mcp_services.mcp_server_refresh(
-        name=server, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+        name=server,
+        lister=wiring.mcp_lister,
+        allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
     )
     assert (
         McpTool.objects.get(name="lookup").listed_pin

@@ -5,9 +5,9 @@ confirmation and runs once approved, exactly once, with its idempotency token.""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,10 +31,19 @@ WAIT_S = 90  # a bound on a real worker starting MCP server processes, not a spe
 
 
 @pytest.fixture(scope="module")
-def mcp_worker(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+def notes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the test server keeps its files: fixed before the worker starts, since the
+    worker's allowlist names the server's whole command line, paths included."""
+    return tmp_path_factory.mktemp("notes")
+
+
+@pytest.fixture(scope="module")
+def mcp_worker(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory, notes_dir: Path
+) -> Iterator[Worker]:
     env = {
         "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": TOKEN}),
-        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([sys.executable]),
+        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([stdio_server(notes_dir).argv]),
     }
     with cluster(tmp_path_factory, name="mcp", extra_env=env) as c:
         yield c.workers[0]
@@ -44,10 +53,13 @@ def status_is(run_id: str, status: str) -> bool:
     return m.Run.objects.filter(pk=run_id, status=status).exists()
 
 
-def test_a_worker_runs_the_write_once_after_approval(mcp_worker: Worker, tmp_path: Path) -> None:
-    notes = stdio_server(tmp_path)
+def test_a_worker_runs_the_write_once_after_approval(
+    mcp_worker: Worker, notes_dir: Path, settings: Any
+) -> None:
+    notes = stdio_server(notes_dir)
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = (tuple(notes.argv),)  # as the worker's
     mcp_services.mcp_server_register(
-        spec=notes.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[sys.executable]
+        spec=notes.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[notes.argv]
     )
     for tool, policy in (("lookup", READ_POLICY), ("post_note", WRITE_POLICY)):
         pin = McpTool.objects.get(name=tool).listed_pin
