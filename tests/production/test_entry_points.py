@@ -5,7 +5,8 @@ deployment of its own (migrated, ``admin`` with password ``admin``):
 
 - the web process: scripts/web.sh (daphne), and uvicorn loading the same ASGI application;
 - the WSGI application under a WSGI server (the standard library's);
-- the worker (scripts/worker.sh, Celery prefork) and beat (scripts/beat.sh).
+- the worker (scripts/worker.sh, Celery prefork) and beat (scripts/beat.sh);
+- the gateway (scripts/gateway.sh, the model calls runs wait on).
 
 With the demo password each exits non-zero and says why; with the password changed each starts
 (the web port answers, the worker says ready, beat sends its first sweep). A database the check
@@ -133,6 +134,8 @@ ENTRY_POINTS: dict[str, tuple[Callable[[int], list[str]], Started]] = {
     ),
     "worker.sh": (lambda port: ["scripts/worker.sh"], lambda port, log: " ready." in log),
     "beat.sh": (lambda port: ["scripts/beat.sh"], lambda port, log: "Sending due task" in log),
+    # The gateway (issue 22) is an entry point too: it says "serving" once it runs.
+    "gateway.sh": (lambda port: ["scripts/gateway.sh"], lambda port, log: " serving: " in log),
 }
 
 
