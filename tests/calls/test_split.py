@@ -14,7 +14,6 @@ import openai
 import pytest
 
 from agentconsole import wiring
-
 from bench.slow_model import SlowModel
 from runs import models as m
 from runs import services
