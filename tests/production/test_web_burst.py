@@ -26,17 +26,17 @@ from rest_framework.authtoken.models import Token
 
 from bench import burst
 from tests.production.prod_kit import production_env
-from tests.production.test_production_stack import Redis, _free_port, _requirements, _wait
+from tests.production.test_production_stack import (
+    ROOT,
+    Redis,
+    _free_port,
+    _requirements,
+    _wait,
+)
 from tests.support.procs import group, kill_all
 from tests.support.workers import worker_database_url
 
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.slow,
-    pytest.mark.django_db(transaction=True),
-]
-
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 CONNECTIONS = 1000
 CREATES = 200
 RATE = 10  # creates per user per minute, for this test
