@@ -39,8 +39,17 @@ fmt: venv
 	$(VENV)/bin/ruff format .
 
 # Benchmarks on a private database (dropped afterwards): PostgreSQL + Redis when DATABASE_URL /
-# REDIS_URL are set, SQLite + in-memory otherwise. Writes bench/results.json.
-bench: venv
+# REDIS_URL are set, SQLite + in-memory otherwise. Writes bench/results.json. The `bench` extra
+# (LangGraph and its PostgreSQL checkpointers, the peer of bench/peer.py and
+# bench/runs_in_flight.py) is installed first, once per change of pyproject.toml.
+# BENCH=runs_in_flight make bench: only that one.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(VENV)/bin/pip install -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: venv $(BENCH_STAMP)
 	$(PYTHON) -m bench.run
 
 # Soak: runs over HTTP on PostgreSQL + Redis (DATABASE_URL / REDIS_URL, default the local servers)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import pytest
 
+from agentconsole import wiring
 from bench.slow_model import SlowModel
 from runs import models as m
 from runs import services
@@ -38,6 +40,34 @@ def test_a_worker_records_the_request_and_lets_go_without_calling(
     assert kit.events(run_id)[-1] == ev.PLANNER_REQUESTED
     requested = m.TraceEvent.objects.get(run_id=run_id, event=ev.PLANNER_REQUESTED)
     assert requested.details["request_hash"] == call.request_hash
+
+
+def test_a_workers_split_steps_build_no_model_client(
+    endpoint: dict[str, Any], model: SlowModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker builds the run's planner at every step; the split step only builds a request
+    # and reads a recorded reply. Building the client loaded the TLS trust store each time:
+    # most of a worker's step in the runs_in_flight benchmark. Counted, the real one still runs.
+    built: list[str] = []
+    real_init = openai.OpenAI.__init__
+
+    def counting_init(self: openai.OpenAI, *args: Any, **kwargs: Any) -> None:
+        built.append(str(kwargs.get("base_url")))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(openai.OpenAI, "__init__", counting_init)
+    run_id = kit.start_run("What happens after the retries are exhausted?")
+
+    state = kit.until_done(run_id)
+
+    assert state.status.value == "completed", state.stop_reason
+    assert model.total == 2
+    assert built == []  # the gateway's client is an AsyncOpenAI of its own
+    # The inline call (AGENTCONSOLE_MODEL_CALLS=inline) still builds one, and sends with it.
+    inline = kit.start_run("How are idempotency tokens derived?")
+    wiring.runner(defer_calls=False).advance(inline)
+    assert built == [model.base_url]
+    assert model.total >= 3
 
 
 def test_the_gateway_answers_and_the_run_completes_one_request_per_step(
