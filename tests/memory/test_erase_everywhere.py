@@ -1,74 +1,40 @@
-"""A user's erase reaches every copy of their values (issue 9 item 11): the goal, the planner
-configuration, proposals, confirmations, the ledger, observations, working memory, the answer,
-handoff bundles and trace details of their runs, and their edits in flight. Afterwards a search
-of every table of the database finds the values only in another subject's run, which the erase
-did not touch. Hashes stay as they were, for the audit."""
+"""A user's erase reaches every copy of their values (issue 9 item 11, issue 21 item 3).
+
+The places are not listed here: they are ``runs.erasure_places.ERASED``, the list the erase
+rewrites. The scenario (``erase_kit.alice_everywhere``) must fill every one of them, and the
+erase must empty every one of them; a column dropped from the list is caught by
+``test_each_column_of_the_list_is_needed``. Afterwards a search of every table of the database
+finds the values only in another subject's run, which the erase did not touch. Hashes stay as
+they were, for the audit.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import pytest
 from django.apps import apps
+from django.db import transaction
+from rest_framework.test import APIClient
 
 from agentconsole import wiring
 from memory.models import PreferenceHistory, PreferenceRecord, WorkingMemoryItem
-from memory.services import preference_propose_edit, preferences_erase
+from memory.services import preference_revoke, preferences_erase
 from policy.domain.canonical import content_hash
-from policy.models import Confirmation
+from policy.models import Confirmation, ConfirmationApproval
+from runs import erasure_places, selectors
 from runs import models as m
-from runs import selectors, services
 from runs.domain import lifecycle
-from runs.domain.budgets import RunBudgets
 from runs.domain.errors import VersionConflict
-from tests.memory.memory_kit import confirmed_write
+from tests.memory import erase_kit as kit
+from tests.memory.erase_kit import CURRENT, ERASED
 from tests.support.db_scan import Hit, scan
 from tests.support.planner import tool_call
-from tests.support.runs import load_demo_corpus
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-OLD, CURRENT, IN_FLIGHT = "tlh-Qapla", "tlh-Klingon", "tlh-Vulcan"
-ERASED = (OLD, CURRENT, IN_FLIGHT)
-GOAL = f"answer in {CURRENT} please, as before ({OLD})"
-ALL_GRANTS = [
-    {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20},
-    {"capability": "memory:write", "resource_scope": "{subject}", "expires_at_step": 20},
-]
-
-
-def _save(pid: str, value: str, expected: int | None = None) -> dict[str, Any]:
-    arguments: dict[str, Any] = {"key": "answer_language", "value": value}
-    if expected is not None:
-        arguments["expected_version"] = expected
-    return tool_call(pid, "save_preference", arguments)
-
-
-def _run(subject: str, outputs: list[dict[str, Any]], *, max_steps: int = 8) -> str:
-    grants = [
-        {**g, "resource_scope": g["resource_scope"].format(subject=subject)} for g in ALL_GRANTS
-    ]
-    state = services.run_create(
-        subject=subject,
-        goal=GOAL,
-        budgets=RunBudgets(
-            max_steps=max_steps, max_tool_calls=6, max_repeated_proposal=3, deadline_ms=600_000
-        ),
-        grants=grants,
-        planner={"kind": "fixture", "outputs": outputs},
-    )
-    services.run_advance(run_id=state.run_id)
-    return state.run_id
-
-
-def _decide(run_id: str, *, approved: bool) -> None:
-    pending = selectors.confirmation_get(
-        confirmation_id=m.Run.objects.get(pk=run_id).pending_confirmation_id
-    )
-    services.confirmation_decide(
-        confirmation_id=pending.pk, approved=approved, shown_hash=pending.proposal_hash, by="t"
-    )
-    services.run_advance(run_id=run_id)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quoting_tool")]
+quoting_tool = kit.quoting_tool
 
 
 def _owner(hit: Hit) -> str:
@@ -76,93 +42,59 @@ def _owner(hit: Hit) -> str:
     (model,) = [
         x for x in apps.get_models(include_auto_created=True) if x._meta.db_table == hit.table
     ]
-    row = model._base_manager.get(pk=hit.pk)
+    row: Any = model._base_manager.get(pk=hit.pk)
     if model is m.Run:
-        return row.pk
-    return getattr(row, "run_id", None) or getattr(row, "subject", "?")
+        return str(row.pk)
+    if model is ConfirmationApproval:
+        return str(row.confirmation.run_id)
+    return str(getattr(row, "run_id", None) or getattr(row, "subject", "?"))
 
 
-def _alice_everywhere(users: dict[str, Any]) -> dict[str, str]:
-    """alice's runs put her values into every place a run stores text; one her edit in flight."""
-    load_demo_corpus()
-    search = tool_call("p1", "search_public", {"query": f"{CURRENT} grammar"})
-    runs = {
-        # search (ledger, observation, trace arg), a save she approves that conflicts (the
-        # rejection carries current and proposed value), a save she declines, a final answer.
-        "done": _run(
-            "alice",
-            [
-                search,
-                _save("p2", CURRENT, expected=1),
-                _save("p3", OLD),
-                {
-                    "kind": "final",
-                    "answer": f"Use {CURRENT}.",
-                    "citation_observation_ids": ["tool-1"],
-                },
-            ],
-        ),
-        # waiting for her confirmation: pending proposal and a pending confirmation row.
-        "waiting": _run("alice", [_save("p1", CURRENT, expected=2)]),
-        # out of steps: a handoff bundle with the goal in its last observations.
-        "handed": _run("alice", [search, search], max_steps=1),
+def _everywhere(
+    alice: kit.Alice, places: tuple[erasure_places.Place, ...] = erasure_places.ERASED
+) -> dict[str, list[str]]:
+    """Every column of ``places`` -> the erased values alice's rows hold there."""
+    return {
+        erasure_places.column_name(place.model, column): kit.held(
+            place, column, run_ids=alice.run_ids
+        )
+        for place in places
+        for column in place.columns
     }
-    _decide(runs["done"], approved=True)
-    _decide(runs["done"], approved=False)
-    preference_propose_edit(
-        subject="alice",
-        key="answer_language",
-        value=IN_FLIGHT,
-        expected_version=2,
-        by=users["alice"],
-    )
-    return runs
 
 
-def _write_alice_memory() -> None:
-
-    for value, expected in ((OLD, None), (CURRENT, 1)):
-        confirmed_write("alice", "answer_language", value, expected, confirmation_id="user-set")
+def _bobs_run() -> str:
+    return kit.run("bob", [tool_call("p1", "search_public", {"query": f"{CURRENT} grammar"})])
 
 
 def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> None:
-    """issue 9 item 11: before the fix the goal, the answer, observations, ledger arguments,
-    confirmation proposals, working memory, handoff bundles and trace details of alice's runs
-    still held her erased values."""
-    _write_alice_memory()
-    runs = _alice_everywhere(users)
-    bobs = _run("bob", [tool_call("p1", "search_public", {"query": f"{CURRENT} grammar"})])
-    done = runs["done"]
-    assert m.Run.objects.get(pk=done).status == "completed"
-    assert m.Run.objects.get(pk=runs["waiting"]).status == "waiting_confirmation"
-    assert m.Handoff.objects.filter(run_id=runs["handed"]).exists()
-    # The places are really filled before the erase (else the search below proves nothing).
-    places = {(h.table, h.column) for h in scan(CURRENT) if _owner(h) in runs.values()}
-    for place in [
-        ("runs_run", "goal"),
-        ("runs_run", "answer"),
-        ("runs_run", "planner"),
-        ("runs_run", "pending_proposal"),
-        ("runs_observation", "content"),
-        ("runs_ledgerentry", "arguments"),
-        ("runs_traceevent", "details"),
-        ("runs_handoff", "bundle"),
-        ("policy_confirmation", "proposal"),
-        ("memory_workingmemoryitem", "content"),
-    ]:
-        assert place in places, place
+    """issue 21 item 3: before the fix an operator's decline reason, her approval reason, her
+    revocation's reason, an artifact's path (and GET /api/confirmations/<id>/ with them) still
+    held her values. issue 9 item 11: the goal, the answer, observations, ledger arguments,
+    confirmation proposals, working memory, handoff bundles and trace details of her runs."""
+    alice = kit.alice_everywhere(users)
+    bobs = _bobs_run()
+    assert m.Run.objects.get(pk=alice.runs["done"]).status == "completed"
+    assert m.Run.objects.get(pk=alice.runs["waiting"]).status == "waiting_confirmation"
+    # Every place the erase rewrites really holds a value before it (else the search after it
+    # proves nothing): a place added to the list needs the scenario to fill it.
+    empty = [column for column, held in _everywhere(alice).items() if not held]
+    assert empty == [], "the scenario puts no value in these places"
     bob_before = selectors.run_export(run_id=bobs)
-    hashes_before = _hashes(done)
+    hashes_before = _hashes(alice.runs["done"])
 
     assert preferences_erase(subject="alice", by=users["alice"]) == 1
 
+    assert {c: held for c, held in _everywhere(alice).items() if held} == {}
     for value in ERASED:
         leftovers = [str(h) for h in scan(value) if _owner(h) not in (bobs, "bob")]
         assert leftovers == [], f"{value} survives the erase"
+    _assert_api_shows_no_value(alice, users["operator"])
     # bob's run, holding the same value, is untouched.
     assert selectors.run_export(run_id=bobs) == bob_before
     assert CURRENT in m.Run.objects.get(pk=bobs).goal
     # The audit: every stored hash is as it was; the tombstones say where a value stood.
+    done = alice.runs["done"]
     assert _hashes(done) == hashes_before
     assert "[erased:hmac-sha256:" in m.Run.objects.get(pk=done).goal
     assert set(
@@ -173,6 +105,46 @@ def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> N
     assert content_hash(user_request.content) != user_request.content_hash
     erased_events = m.TraceEvent.objects.filter(run_id=done, event="run.values-erased")
     assert [e.details for e in erased_events] == [{"by": "alice"}]
+
+
+def _assert_api_shows_no_value(alice: kit.Alice, operator: Any) -> None:
+    client = APIClient()
+    client.force_authenticate(operator)
+    shown = Confirmation.objects.filter(run_id__in=alice.run_ids)
+    assert shown.filter(decision_reason__gt="").exists()  # the decline reason is among them
+    for confirmation_id in shown.values_list("pk", flat=True):
+        response = client.get(f"/api/confirmations/{confirmation_id}/")
+        assert response.status_code == 200
+        text = json.dumps(response.json(), ensure_ascii=False)
+        assert [v for v in ERASED if v in text] == [], text
+
+
+def test_each_column_of_the_list_is_needed(users, monkeypatch) -> None:
+    """issue 21 item 3: dropping any one column from ``ERASED`` leaves her value in exactly
+    that column (before, dropping ``LedgerEntry.outcome`` passed every test). Each erase runs
+    in a savepoint that is rolled back, so one scenario serves every column."""
+    alice = kit.alice_everywhere(users)
+    every = erasure_places.ERASED
+    unnoticed = {}
+    for i, place in enumerate(every):
+        for column in place.columns:
+            with monkeypatch.context() as patch, transaction.atomic():
+                patch.setattr(erasure_places, "ERASED", _without(every, i, column))
+                preferences_erase(subject="alice", by=users["alice"])
+                left = {c for c, held in _everywhere(alice, every).items() if held}
+                transaction.set_rollback(True)
+            name = erasure_places.column_name(place.model, column)
+            if left != {name}:
+                unnoticed[name] = left
+    assert unnoticed == {}, "dropping these columns left values elsewhere or nowhere"
+
+
+def _without(
+    places: tuple[erasure_places.Place, ...], i: int, column: str
+) -> tuple[erasure_places.Place, ...]:
+    """``places`` with ``column`` taken out of the ``i``-th place."""
+    kept = tuple(c for c in places[i].columns if c != column)
+    return (*places[:i], dataclasses.replace(places[i], columns=kept), *places[i + 1 :])
 
 
 def _hashes(run_id: str) -> dict[str, Any]:
@@ -193,12 +165,28 @@ def _hashes(run_id: str) -> dict[str, Any]:
     }
 
 
+def test_a_reason_at_its_length_limit_is_erased_not_refused(users) -> None:
+    """issue 21 item 3: a tag is longer than the value it replaces; a revocation's reason
+    already at its 256-character limit must still be erased (PostgreSQL refused the longer
+    text, and the whole erase with it)."""
+    kit.write_alice_memory()
+    reason = "x" * 200 + CURRENT + "y" * (56 - len(CURRENT))
+    preference_revoke(subject="alice", key="answer_language", by=users["alice"], reason=reason)
+
+    assert preferences_erase(subject="alice", by=users["alice"]) == 1
+
+    (revoked,) = PreferenceHistory.objects.filter(subject="alice", action="revoke")
+    assert CURRENT not in revoked.reason
+    assert revoked.reason.startswith("x" * 200 + "[erased:hmac-sha256:")
+    assert len(revoked.reason) == 256
+
+
 def test_a_write_in_flight_cannot_bring_an_erased_value_back(users) -> None:
     """issue 9 item 11: a step decided on the run before the erase fails its compare-and-set;
     a confirmation approved after the erase approves the tombstone, never the value."""
-    _write_alice_memory()
-    load_demo_corpus()
-    waiting = _run("alice", [_save("p1", CURRENT, expected=2)])
+    kit.write_alice_memory()
+    kit.load_demo_corpus()
+    waiting = kit.run("alice", [kit.save("p1", CURRENT, expected=2)])
     store = wiring.store()
     stale = lifecycle.request_cancel(store.load(waiting), by="t", reason="", active_tool=False)
 
@@ -206,7 +194,7 @@ def test_a_write_in_flight_cannot_bring_an_erased_value_back(users) -> None:
 
     with pytest.raises(VersionConflict):
         store.apply(stale)  # it would have written the old pending proposal back
-    _decide(waiting, approved=True)
+    kit.decide(waiting, approved=True)
     assert not PreferenceRecord.objects.filter(subject="alice").exists()
     assert [str(h) for h in scan(CURRENT)] == []
     assert not WorkingMemoryItem.objects.filter(content__contains=CURRENT).exists()

@@ -25,7 +25,7 @@ class Hit:
         return f"{self.table}.{self.column} pk={self.pk}: {self.value[:160]!r}"
 
 
-def _text_columns(model: type[models.Model]) -> list[models.Field]:
+def text_columns(model: type[models.Model]) -> list[models.Field]:
     return [
         f
         for f in model._meta.concrete_fields
@@ -33,7 +33,7 @@ def _text_columns(model: type[models.Model]) -> list[models.Field]:
     ]
 
 
-def _as_text(value: Any) -> str | None:
+def as_text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -46,7 +46,7 @@ def scan(needle: str) -> list[Hit]:
     """Every (table, column, row) whose text holds ``needle`` (case-sensitive)."""
     hits: list[Hit] = []
     for model in apps.get_models(include_auto_created=True):
-        columns = _text_columns(model)
+        columns = text_columns(model)
         if not columns:
             continue
         names = [f.attname for f in columns]
@@ -54,13 +54,11 @@ def scan(needle: str) -> list[Hit]:
         for row in model._base_manager.values_list("pk", *names).iterator():
             pk, values = row[0], row[1:]
             for name, value in zip(names, values, strict=True):
-                text = _as_text(value)
+                text = as_text(value)
                 if text is not None and needle in text:
                     hits.append(Hit(model._meta.db_table, name, pk, text))
     return hits
 
 
 def tables_searched() -> set[str]:
-    return {
-        m._meta.db_table for m in apps.get_models(include_auto_created=True) if _text_columns(m)
-    }
+    return {m._meta.db_table for m in apps.get_models(include_auto_created=True) if text_columns(m)}
