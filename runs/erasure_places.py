@@ -65,6 +65,9 @@ ERASED: tuple[Place, ...] = (
     Place(PreferenceHistory, ("reason",), run=None),
     Place(Grant, ("constraints",)),
     Place(WorkingMemoryItem, ("content",)),
+    # A model planner's request (goal, observations, preferences) and the reply it got (its
+    # proposals' arguments), kept as the record of each model call (issue 22).
+    Place(m.ModelCall, ("request", "reply")),
 )
 
 _ID = "an identifier the runtime made (or a name from configuration), never content"
@@ -130,6 +133,19 @@ NOT_REWRITTEN: dict[str, str] = {
     # runs
     "runs.Run.id": _ID,
     "runs.Run.subject": "whose run it is: the erase finds the runs by it",
+    "runs.ModelCall.id": _ID,
+    "runs.ModelCall.subject": "whose run it is (the gateway's fair turns)",
+    "runs.ModelCall.endpoint": _OPERATOR,
+    "runs.ModelCall.model": _OPERATOR,
+    "runs.ModelCall.request_hash": _HASH,
+    "runs.ModelCall.hash_scheme": _HASH,
+    "runs.ModelCall.hints": "tool versions and observation ids the runtime made",
+    "runs.ModelCall.summary": "counts and preference keys of the planner's context, no values",
+    "runs.ModelCall.status": _CODE,
+    "runs.ModelCall.failure": "a PLANNER_* code and an HTTP status",
+    "runs.ModelCall.lease_owner": _ID,
+    "runs.CallAttempt.owner": _ID,
+    "runs.CallAttempt.outcome": _CODE,
     "runs.Run.status": _CODE,
     "runs.Run.pending_confirmation_id": _ID,
     "runs.Run.last_observation_id": _ID,

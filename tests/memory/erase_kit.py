@@ -8,6 +8,7 @@ asks it about every entry of ``ERASED`` is derived from the list the erase rewri
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
+from bench.slow_model import SlowModel
 from memory.services import preference_propose_edit, preference_revoke
 from runs import models as m
 from runs import selectors, services
@@ -30,6 +32,7 @@ from tests.support.runs import load_demo_corpus
 
 OLD, CURRENT, IN_FLIGHT = "tlh-Qapla", "tlh-Klingon", "tlh-Vulcan"
 ERASED = (OLD, CURRENT, IN_FLIGHT)
+MODEL_ENDPOINT = "erase-model"
 GOAL = f"answer in {CURRENT} please, as before ({OLD})"
 ALL_GRANTS = [
     {"capability": "search:public", "resource_scope": "public", "expires_at_step": 20},
@@ -45,6 +48,17 @@ TOOL_GRANTS = [
     },
     {"capability": quoting_tools.CAPABILITY, "resource_scope": "*", "expires_at_step": 20},
 ]
+
+
+@pytest.fixture
+def model_endpoint(settings: Any) -> Iterator[None]:
+    """The slow model server (bench.slow_model) as the endpoint of alice's model-planned run."""
+    server = SlowModel(delay_s=0.01).start()
+    settings.AGENTCONSOLE_MODEL_ENDPOINTS = {
+        MODEL_ENDPOINT: {"base_url": server.base_url, "model": "slow", "timeout_s": 5}
+    }
+    yield
+    server.stop()
 
 
 @pytest.fixture
@@ -141,6 +155,7 @@ def alice_everywhere(users: dict[str, Any]) -> Alice:
         # out of steps: a handoff bundle with the goal in its last observations.
         "handed": run("alice", [search, search], max_steps=1),
         "tools": _tools_run(),
+        "model": _model_run(),
     }
     decide(runs["done"], approved=True, by=users["alice"], reason=f"yes, {CURRENT} again")
     decide(runs["done"], approved=False, by=users["operator"], reason=f"{OLD} is retired")
@@ -173,6 +188,23 @@ def _tools_run() -> str:
         ],
         grants=ALL_GRANTS + TOOL_GRANTS,
     )
+
+
+def _model_run() -> str:
+    """A model-planned run, split at its calls (issue 22): her goal in each recorded request,
+    the model's search for it in each recorded reply."""
+    state = services.run_create(
+        subject="alice",
+        goal=f"What does {CURRENT} mean?",
+        budgets=RunBudgets(max_steps=4),
+        grants=ALL_GRANTS,
+        planner={"kind": "openai", "endpoint": MODEL_ENDPOINT},
+    )
+    for _ in range(3):  # request, reply → search → request, reply → answer
+        wiring.runner(defer_calls=True).advance(state.run_id)
+        asyncio.run(wiring.gateway().run_until_idle())
+    wiring.runner(defer_calls=True).advance(state.run_id)
+    return state.run_id
 
 
 def _retry_the_unsure_call(run_id: str, reviewer: Any) -> None:

@@ -33,8 +33,12 @@ from tests.memory.erase_kit import CURRENT, ERASED
 from tests.support.db_scan import Hit, scan
 from tests.support.planner import tool_call
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("quoting_tool")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("quoting_tool", "model_endpoint"),
+]
 quoting_tool = kit.quoting_tool
+model_endpoint = kit.model_endpoint
 
 
 def _owner(hit: Hit) -> str:
