@@ -29,12 +29,13 @@ def _names(text: str) -> list[str]:
 
 
 def _json(text: str, *, what: str, kind: type) -> Any:
-    # strict_json: a repeated key, NaN, a NUL or a lone surrogate is refused here, before the
-    # domain sees the value (PostgreSQL would refuse the last two only when the row is written).
+    # strict_json: a key twice, NaN, a NUL or a lone surrogate is refused here, before the
+    # domain sees the value (PostgreSQL refused the last three only as the row was written: a
+    # 500, since planner outputs are stored as the operator wrote them).
     try:
         value = strict_json.loads(text or ("[]" if kind is list else "{}"))
     except JsonRefused as exc:
-        raise forms.ValidationError(f"{what} is not accepted: {exc.message}") from None
+        raise forms.ValidationError(exc.message) from None  # the page names the field
     if not isinstance(value, kind):
         raise forms.ValidationError(
             f"{what} must be a JSON {kind.__name__.replace('dict', 'object')}"
