@@ -8,14 +8,28 @@ is set up.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from kombu import Exchange, Queue
 
-from policy.domain import mcp_stdio
+from policy.domain import mcp_stdio, strict_json
+from policy.domain.strict_json import JsonRefused
+
+
+def parsed(name: str, raw: str) -> Any:
+    """``raw`` read by ``strict_json`` (a key twice is a mistake to fix, not a value to guess);
+    the error names the variable, the reason and a position, never the content."""
+    try:
+        return strict_json.loads(raw)
+    except JsonRefused as exc:
+        where = (
+            f" at line {exc.extra['line']} column {exc.extra['column']}"
+            if "line" in exc.extra
+            else ""
+        )
+        raise RuntimeError(f"{name} must be JSON ({exc.code}{where})") from None
 
 
 def json_from_env(name: str) -> Any:
@@ -23,12 +37,7 @@ def json_from_env(name: str) -> Any:
     path = os.environ.get(f"{name}_FILE", "").strip()
     if path:
         raw = Path(path).read_text(encoding="utf-8").strip()
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RuntimeError(f"{name} must be JSON: line {exc.lineno} column {exc.colno}") from None
+    return parsed(name, raw) if raw else None
 
 
 def tool_secrets(name: str = "AGENTCONSOLE_TOOL_SECRETS") -> dict[str, dict[str, str]] | None:
@@ -84,10 +93,7 @@ def json_dict(name: str) -> dict[str, str]:
 
 def model_endpoints() -> dict[str, dict[str, Any]]:
     raw = os.environ.get("AGENTCONSOLE_MODEL_ENDPOINTS", "").strip()
-    try:
-        configured = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as exc:
-        raise RuntimeError(f"AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object: {exc}") from None
+    configured = parsed("AGENTCONSOLE_MODEL_ENDPOINTS", raw) if raw else {}
     if not isinstance(configured, dict):
         raise RuntimeError("AGENTCONSOLE_MODEL_ENDPOINTS must be a JSON object")
     out: dict[str, dict[str, Any]] = {}

@@ -9,7 +9,6 @@ any code change.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import tempfile
@@ -319,12 +318,9 @@ AGENTCONSOLE_TOOLS: list[str] = _env_list("AGENTCONSOLE_TOOLS")
 
 # Per-tool confirmation policy, auto constraints and approvers (README "Tool policy
 # reference"), as a JSON object; checked against the registered tools at start-up (E002).
-try:
-    AGENTCONSOLE_TOOL_POLICY: dict[str, Any] = json.loads(
-        os.environ.get("AGENTCONSOLE_TOOL_POLICY", "").strip() or "{}"
-    )
-except json.JSONDecodeError as exc:
-    raise RuntimeError(f"AGENTCONSOLE_TOOL_POLICY must be a JSON object: {exc}") from None
+AGENTCONSOLE_TOOL_POLICY: dict[str, Any] = env.parsed(
+    "AGENTCONSOLE_TOOL_POLICY", os.environ.get("AGENTCONSOLE_TOOL_POLICY", "").strip() or "{}"
+)
 
 # Root under which tools such as write_artifact may write; nothing escapes it.
 AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(

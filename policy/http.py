@@ -17,8 +17,9 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from policy.domain.canonical import canonical
-from policy.domain.errors import CanonicalError, DomainError
+from policy.domain import strict_json
+from policy.domain.errors import DomainError
+from policy.domain.strict_json import JsonRefused
 from policy.status import domain_status
 
 # DRF exceptions whose code is not simply their ``default_code`` upper-cased.
@@ -62,13 +63,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             return None
         if isinstance(exc, exceptions.ValidationError):
             detail = exc.detail
-            extra = {"fields": detail} if isinstance(detail, dict) else {"errors": detail}
-            response.data = error_body("VALIDATION_ERROR", "Invalid input.", extra)
-        else:
-            throttled = isinstance(exc, exceptions.Throttled)
+            fields = {"fields": detail} if isinstance(detail, dict) else {"errors": detail}
+            response.data = error_body("VALIDATION_ERROR", "Invalid input.", fields)
+            return response
+        extra: dict[str, Any] = {}
+        if isinstance(exc, exceptions.Throttled):
             # DRF sets Throttled.wait in __init__; the stubs do not declare it.
-            extra = {"wait": exc.wait} if throttled else {}  # type: ignore[attr-defined]
-            response.data = error_body(_drf_code(exc), str(exc.detail), extra)
+            extra = {"wait": exc.wait}  # type: ignore[attr-defined]
+        elif isinstance(exc, JsonNotAccepted):
+            extra = exc.extra
+        response.data = error_body(_drf_code(exc), str(exc.detail), extra)
         return response
 
     if isinstance(exc, DomainError):
@@ -83,8 +87,18 @@ class RequestTooLarge(exceptions.APIException):
     default_code = "request_too_large"
 
 
+class JsonNotAccepted(exceptions.ParseError):
+    """A JSON body ``policy.domain.strict_json`` refuses: MALFORMED_REQUEST, with the reason
+    (``DUPLICATE_JSON_KEY``, ``NON_FINITE_NUMBER``, ``NUL_CHARACTER``...) in ``extra``."""
+
+    def __init__(self, refused: JsonRefused) -> None:
+        super().__init__(f"JSON not accepted: {refused.message}")
+        self.extra = {"reason": refused.code, **refused.extra}
+
+
 class LimitedJSONParser(parsers.JSONParser):
-    """JSON bodies up to DATA_UPLOAD_MAX_MEMORY_SIZE; larger ones are a 413, read no further."""
+    """JSON bodies up to DATA_UPLOAD_MAX_MEMORY_SIZE (larger ones are a 413, read no further),
+    read by ``strict_json.loads``: a repeated key, NaN, a NUL or a lone surrogate is refused."""
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         request = (parser_context or {}).get("request")
@@ -97,22 +111,9 @@ class LimitedJSONParser(parsers.JSONParser):
         if too_big:
             raise RequestTooLarge()
         try:
-            data = super().parse(stream, media_type, parser_context)
-        except RecursionError:
-            raise exceptions.ParseError("JSON nests too deeply") from None
-        _check_json(data)
-        return data
-
-
-def _check_json(data: Any) -> None:
-    """What a JSON column of every supported database can store: no NaN/Infinity, no lone
-    surrogates, no NUL characters, at most 64 levels deep."""
-    try:
-        text = canonical(data)
-    except CanonicalError as exc:
-        raise exceptions.ParseError(f"JSON not accepted: {exc.message}") from None
-    if "\\u0000" in text or "\x00" in text:
-        raise exceptions.ParseError("JSON not accepted: NUL characters")
+            return strict_json.loads(stream.read())
+        except JsonRefused as exc:
+            raise JsonNotAccepted(exc) from None
 
 
 _JSON_TYPES: list[tuple[type, Any, str]] = [

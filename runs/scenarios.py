@@ -8,13 +8,14 @@ capability, say) becomes a recorded ``PARSE_ERROR`` rejection at run time, never
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policy.domain import strict_json
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
+from policy.domain.strict_json import JsonRefused
 from runs import selectors, services
 from runs.context import RunsContext
 from runs.domain.budgets import RunBudgets
@@ -82,19 +83,16 @@ class Scenario(_Strict):
         return self
 
 
-def _reject_constant(name: str) -> None:
-    # Python's json accepts NaN/Infinity; JSON does not, and neither does a proposal hash.
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_scenario(text: str | bytes) -> Scenario:
     if len(text) > MAX_SCENARIO_BYTES:
         raise ScenarioError("scenario file is larger than 1 MiB")
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        # strict_json: NaN, a repeated key, a NUL or a lone surrogate is refused up front, also
+        # inside planner outputs, which are passed through unvalidated on purpose.
+        data = strict_json.loads(text)
+    except JsonRefused as exc:
         raise ScenarioError(
-            f"scenario is not valid JSON: {exc}", code="SCENARIO_NOT_JSON"
+            f"scenario is not valid JSON: {exc.message}", code="SCENARIO_NOT_JSON", reason=exc.code
         ) from None
     if not isinstance(data, dict):
         raise ScenarioError("a scenario is a JSON object")

@@ -54,6 +54,7 @@ from policy.domain.contracts import (
     open_objects,
 )
 from policy.domain.errors import DomainError
+from policy.domain.mcp_listing import tool_name_ok
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome
 
@@ -65,8 +66,6 @@ IDEMPOTENCY_META_KEY = "agentconsole/idempotency-token"
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 SERVER_NAME = r"^[a-z][a-z0-9-]{0,30}$"
-# The characters the MCP specification allows in a tool name.
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SECRET_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"  # noqa: S105 - a pattern for names
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 _HEADER_NAME = r"^[A-Za-z0-9-]{1,64}$"
@@ -431,7 +430,7 @@ def mcp_contract(tool: AcceptedTool, *, call: McpCall) -> ToolContract:
     gate refuses a proposal for it with ``MCP_TOOL_CHANGED`` at the semantic layer (before any
     grant, confirmation or call) instead of an unknown-tool error."""
     name = tool.listing.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
+    if not tool_name_ok(name):
         raise McpError("the tool's name is not an MCP tool name", code="MCP_TOOL_NAME_UNSUPPORTED")
     schema, _ = tighten_schema(tool.listing.get("inputSchema"))
     effective = effective_policy(tool.policy, _mapping(tool.listing.get("annotations")))

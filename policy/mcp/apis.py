@@ -7,6 +7,7 @@ Thin views: input serializers, one service or selector each. Every error leaves 
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -56,6 +57,12 @@ def _server_out(name: str) -> dict[str, Any]:
     return mcp_selectors.mcp_server_view(mcp_selectors.mcp_server_get(name=name))
 
 
+def _listed_out(listed: mcp_services.Listed) -> dict[str, Any]:
+    """The server, and the entries of its listing that were refused (not offered), with why."""
+    refused = [asdict(r) for r in listed.refused]
+    return {**mcp_selectors.mcp_server_view(listed.server), "refused": refused}
+
+
 class McpServerList(APIView):
     # Named: drf-spectacular would call both GETs "mcp_servers_retrieve" (a deploy-check warning).
     @extend_schema(operation_id="mcp_servers_list", responses={200: dict})
@@ -67,13 +74,13 @@ class McpServerList(APIView):
     def post(self, request: Request) -> Response:
         _operator(request)
         spec = validated(ServerIn, request.data)
-        server = mcp_services.mcp_server_register(
+        listed = mcp_services.mcp_server_register(
             spec=dict(spec),
             by=request.user,
             lister=wiring.mcp_lister,
             allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
         )
-        return Response(_server_out(server.name), status=201)
+        return Response(_listed_out(listed), status=201)
 
 
 class McpServerDetail(APIView):
@@ -87,12 +94,12 @@ class McpServerRefresh(APIView):
     @extend_schema(request=None, responses={200: dict})
     def post(self, request: Request, name: str) -> Response:
         _operator(request)
-        mcp_services.mcp_server_refresh(
+        listed = mcp_services.mcp_server_refresh(
             name=name,
             lister=wiring.mcp_lister,
             allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
         )
-        return Response(_server_out(name))
+        return Response(_listed_out(listed))
 
 
 class McpServerEnabled(APIView):

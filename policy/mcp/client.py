@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import RequestParamsMeta
 
+from policy.domain import strict_json
 from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.mcp import (
     IDEMPOTENCY_META_KEY,
@@ -40,8 +41,12 @@ from policy.domain.mcp import (
     pin as listing_pin,
 )
 from policy.domain.outcomes import ToolOutcome
+from policy.domain.strict_json import JsonRefused
+from policy.mcp import wire
 
 log = logging.getLogger(__name__)
+
+wire.install()  # every message a server sends is read strictly (policy.mcp.wire)
 
 # How often a running call looks at the executor's cancel signal (a threading.Event).
 _CANCEL_POLL_S = 0.02
@@ -55,6 +60,15 @@ class McpUnavailable(McpError):
 
 class SecretMissing(McpError):
     code = "MCP_SECRET_MISSING"
+
+
+REFUSED = "MCP_RESPONSE_REFUSED"
+
+
+class McpResponseRefused(McpUnavailable):
+    """The server answered with JSON we refuse (a key twice, NaN...; ``policy.mcp.wire``)."""
+
+    code = REFUSED
 
 
 def _secret_values(names: Mapping[str, str], secrets: Mapping[str, str]) -> dict[str, str]:
@@ -127,19 +141,29 @@ def list_tools(
 ) -> list[dict[str, Any]]:
     """The server's ``tools/list`` entries as JSON (every page). Raises ``McpUnavailable``."""
 
+    refused: list[wire.Refused] = []
+
     async def run() -> list[dict[str, Any]]:
         client, http = _client(server, secrets, {}, timeout_s, errlog)
         try:
             with anyio.fail_after(timeout_s):
                 async with client:
-                    return await _all_tools(client)
+                    try:
+                        return await _all_tools(client)
+                    except MCPError as exc:
+                        # Noted, not raised: out of the SDK's task groups it would arrive
+                        # wrapped in an exception group.
+                        if (why := wire.refusal(exc)) is None:
+                            raise
+                        refused.append(why)
+                        return []
         finally:
             if http is not None:
                 await http.aclose()
 
     try:
         with _devnull() as errlog:
-            return _run_sync(run)
+            tools = _run_sync(run)
     except McpError:
         raise
     except Exception as exc:  # the SDK and the transports raise many kinds; one answer
@@ -147,6 +171,14 @@ def list_tools(
         raise McpUnavailable(
             f"could not list the tools of {server.name}: {type(exc).__name__}", server=server.name
         ) from None
+    if refused:
+        log.warning("mcp server %s: listing refused: %s", server.name, refused[0].code)
+        raise McpResponseRefused(
+            f"the tool listing of {server.name} was refused: {refused[0].message}",
+            server=server.name,
+            reason=refused[0].code,
+        )
+    return tools
 
 
 async def _all_tools(client: Client) -> list[dict[str, Any]]:
@@ -173,6 +205,7 @@ class _Call:
     pin: str
     timeout_s: float
     errlog: TextIO
+    read_only: bool
     sent: bool = False
 
     async def run(self) -> ToolOutcome:
@@ -181,7 +214,13 @@ class _Call:
                                self.errlog)  # fmt: skip
         try:
             async with client:
-                listed = {t.get("name"): t for t in await _all_tools(client)}
+                try:
+                    listed = {t.get("name"): t for t in await _all_tools(client)}
+                except MCPError as exc:
+                    if wire.refusal(exc) is None:
+                        raise
+                    # The listing that would show the tool unchanged was refused: not called.
+                    return ToolOutcome.rejected(REFUSED, "the server's tool listing was refused")
                 current = listed.get(self.tool)
                 if current is None:
                     return ToolOutcome.rejected("MCP_TOOL_CHANGED", "the server no longer lists it")
@@ -200,16 +239,35 @@ class _Call:
                         meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: ctx.idempotency_token}),
                     )
                 except MCPError as exc:
+                    if (why := wire.refusal(exc)) is not None:
+                        return self.answer_refused(why.code)
                     # A JSON-RPC error answer (unknown tool, invalid params): the server
                     # refused the request; the tool did not run.
                     log.info("mcp %s/%s: error %s", self.server.name, self.tool, exc.error.code)
                     return ToolOutcome.rejected(
                         "MCP_ERROR_RESPONSE", f"JSON-RPC error {exc.error.code}"
                     )
-                return result_outcome(_dump(result))
+                return self.outcome(_dump(result))
         finally:
             if http is not None:
                 await http.aclose()
+
+    def outcome(self, result: dict[str, Any]) -> ToolOutcome:
+        outcome = result_outcome(result)
+        try:
+            # What a JSON column cannot store (a NUL) would fail the step's commit, later.
+            strict_json.check(outcome.value)
+        except JsonRefused as exc:
+            return self.answer_refused(exc.code)
+        return outcome
+
+    def answer_refused(self, reason: str) -> ToolOutcome:
+        """The call was made and its answer refused: a read may be asked again; a write may
+        have had its effect, so it is unknown (reconciled or handed to a person)."""
+        log.warning("mcp %s/%s: answer refused: %s", self.server.name, self.tool, reason)
+        if self.read_only:
+            return ToolOutcome.failed(REFUSED, "the server's answer was refused", retryable=True)
+        return ToolOutcome.unknown(REFUSED, "the server's answer was refused; effect unknown")
 
     async def bounded(self) -> ToolOutcome | None:
         """``run`` until it answers, the cancel signal is set or the timeout passes (None)."""
@@ -252,7 +310,7 @@ def call_tool(
         return ToolOutcome.failed("MCP_SECRET_MISSING", "a secret of the server is not set",
                                   retryable=False)  # fmt: skip
     with _devnull() as errlog:
-        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog)
+        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog, read_only)
         try:
             outcome = _run_sync(call.bounded)
         except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer

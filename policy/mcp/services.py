@@ -8,22 +8,24 @@ and the rows are written in one transaction after it, or not at all.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
-from policy.domain.errors import CanonicalError, NotFound, RegistryError
+from policy.domain.errors import NotFound, RegistryError
 from policy.domain.mcp import (
     AcceptedTool,
     McpError,
     McpServerSpec,
     McpToolPolicy,
     mcp_contract,
-    pin,
 )
+from policy.domain.mcp_listing import RefusedTool, screen
 from policy.domain.mcp_stdio import stdio_refusal
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import RegisteredTool
@@ -33,6 +35,17 @@ from policy.models import McpServer, McpTool
 Lister = Callable[[McpServerSpec], list[dict[str, Any]]]
 
 MAX_TOOLS = 200  # tools kept from one listing
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A server as registered or refreshed, and the entries of its listing that were refused
+    (``policy.domain.mcp_listing``): the API and the command show them."""
+
+    server: McpServer
+    refused: tuple[RefusedTool, ...]
 
 
 class McpConflict(McpError):
@@ -61,10 +74,11 @@ def _invalid(code: str, exc: ValidationError) -> McpError:
 
 def mcp_server_register(
     *, spec: dict[str, Any], by: Any, lister: Lister, allowed_commands: Sequence[Sequence[str]]
-) -> McpServer:
+) -> Listed:
     """Register a server and record its tools (none accepted yet). Refused with
     MCP_COMMAND_NOT_ALLOWED for a stdio command the deployment does not allow,
-    MCP_SERVER_EXISTS for a taken name, MCP_SERVER_UNAVAILABLE when it cannot be listed."""
+    MCP_SERVER_EXISTS for a taken name, MCP_SERVER_UNAVAILABLE when it cannot be listed,
+    MCP_RESPONSE_REFUSED when its listing is JSON we refuse (a key twice...)."""
     try:
         parsed = McpServerSpec.model_validate(spec)
     except ValidationError as exc:
@@ -84,16 +98,16 @@ def mcp_server_register(
                 listed_at=now,
                 updated_at=now,
             )
-            _record_listing(server, listing)
+            refused = _record_listing(server, listing)
     except IntegrityError:
         # The race: two registrations of one name, both past the exists() check.
         raise McpConflict("a server of that name exists", code="MCP_SERVER_EXISTS") from None
-    return server
+    return Listed(server, refused)
 
 
 def mcp_server_refresh(
     *, name: str, lister: Lister, allowed_commands: Sequence[Sequence[str]]
-) -> McpServer:
+) -> Listed:
     """List the server's tools again. A tool listed differently from what was accepted is
     ``changed`` from now on (refused at the gate until accepted again); one no longer listed
     is ``gone``."""
@@ -103,24 +117,22 @@ def mcp_server_refresh(
     listing = lister(spec)
     with transaction.atomic():
         server = McpServer.objects.select_for_update().get(pk=server.pk)
-        _record_listing(server, listing)
+        refused = _record_listing(server, listing)
         server.listed_at = server.updated_at = timezone.now()
         server.save(update_fields=["listed_at", "updated_at"])
-    return server
+    return Listed(server, refused)
 
 
-def _record_listing(server: McpServer, listing: list[dict[str, Any]]) -> None:
-    seen: dict[str, tuple[dict[str, Any], str]] = {}
-    for entry in listing[:MAX_TOOLS]:
-        name = entry.get("name") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or not name or len(name) > 64 or name in seen:
-            continue  # unnamed, too long or a duplicate: never offered
-        try:
-            seen[name] = (entry, pin(entry))
-        except CanonicalError:
-            continue  # not plain JSON (cannot be pinned): never offered
+def _record_listing(server: McpServer, listing: list[dict[str, Any]]) -> tuple[RefusedTool, ...]:
+    """Record the entries ``screen`` keeps; the refused ones are never offered (a row listed
+    before and refused now is no longer listed: a call is refused as changed). Each refusal
+    is logged and handed back to the caller, who shows it."""
+    screened = screen(listing, limit=MAX_TOOLS)
+    for refused in screened.refused:
+        log.warning("mcp server %s: tool %s refused: %s %s", server.name, refused.name,
+                    refused.code, refused.reason or "")  # fmt: skip
     rows = {row.name: row for row in McpTool.objects.filter(server=server)}
-    for name, (entry, listed_pin) in seen.items():
+    for name, (entry, listed_pin) in screened.tools.items():
         row = rows.pop(name, None)
         if row is None:
             McpTool.objects.create(server=server, name=name, listing=entry, listed_pin=listed_pin)
@@ -131,6 +143,7 @@ def _record_listing(server: McpServer, listing: list[dict[str, Any]]) -> None:
         if row.listing is not None:
             row.listing, row.listed_pin = None, ""
             row.save(update_fields=["listing", "listed_pin"])
+    return screened.refused
 
 
 def mcp_tool_accept(

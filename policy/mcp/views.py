@@ -10,12 +10,13 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from policy.domain.contracts import ConfirmationMode, SideEffect
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.mcp import MAX_TIMEOUT_MS
+from policy.domain.mcp_listing import tool_name_ok
 from policy.mcp import selectors, services
 from policy.pages import page_error, pretty_json, role_required
 from policy.roles import is_operator
@@ -46,6 +47,12 @@ def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResp
             tool["listing_json"] = pretty_json(tool["listing"]) if tool["listing"] else ""
             tool["schema_json"] = pretty_json(tool["input_schema"]) if tool["input_schema"] else ""
             tool["hints"] = annotation_hints((tool["listing"] or {}).get("annotations"))
+            # A name stored before names were checked (policy.domain.mcp_listing) has no URL:
+            # it is shown, escaped, and cannot be accepted (a refresh drops it).
+            ok = tool_name_ok(tool["name"])
+            tool["accept_url"] = (
+                reverse("mcp-tool-accept", args=[server["name"], tool["name"]]) if ok else ""
+            )
     context = {
         "servers": servers,
         "error": error,

@@ -20,9 +20,9 @@ What comes back:
   the model's ``tool_call.id``; the model's text is kept only as a short ``reason_summary``.
 - Text → a final answer; its ``[obs:<id>]`` markers are its citations, checked by the final
   validator like any other.
-- Anything else (no choice, an unknown tool, arguments that are not a JSON object) → an output
-  the parser refuses, so the step ends in a ``PARSE_ERROR`` rejection whose observation (with
-  its ``problem``) the model reads on its next turn.
+- Anything else (no choice, an unknown tool, arguments that are not a JSON object or name a
+  key twice) → an output the parser refuses, so the step ends in a ``PARSE_ERROR`` rejection
+  whose observation (with its ``problem``) the model reads on its next turn.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policy.domain import strict_json
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import MAX_ANSWER_LENGTH, MAX_SOURCE_IDS
+from policy.domain.strict_json import JsonRefused
 from runs.domain.planning import PlannerContext
 
 PLANNER_KIND = "openai"
@@ -53,8 +55,12 @@ FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RESPONSE_MALFORMED = "RESPONSE_MALFORMED"
 TOOL_UNKNOWN = "TOOL_UNKNOWN"
 ARGUMENTS_NOT_JSON = "ARGUMENTS_NOT_JSON"
+# Arguments with a key twice: which value did the model mean? The gate must not pick one.
+ARGUMENTS_DUPLICATE_KEY = "ARGUMENTS_DUPLICATE_KEY"
 EMPTY_RESPONSE = "EMPTY_RESPONSE"
-PARSE_PROBLEMS = frozenset({RESPONSE_MALFORMED, TOOL_UNKNOWN, ARGUMENTS_NOT_JSON, EMPTY_RESPONSE})
+PARSE_PROBLEMS = frozenset(
+    {RESPONSE_MALFORMED, TOOL_UNKNOWN, ARGUMENTS_NOT_JSON, ARGUMENTS_DUPLICATE_KEY, EMPTY_RESPONSE}
+)
 
 # How a failed call to the endpoint ends the run once retries are spent (or at once).
 PLANNER_TIMEOUT = "PLANNER_TIMEOUT"
@@ -332,13 +338,13 @@ def interpret(
         name = function.get("name")
         if not isinstance(name, str) or name not in versions:
             return _invalid(step, TOOL_UNKNOWN)
-        raw_arguments = function.get("arguments")
+        raw = function.get("arguments")
         try:
-            arguments = (
-                json.loads(raw_arguments) if isinstance(raw_arguments, str) else raw_arguments
-            )
-        except ValueError:
-            return _invalid(step, ARGUMENTS_NOT_JSON)
+            # Arguments as a string are a JSON text of their own (the body was read strictly).
+            arguments = strict_json.loads(raw) if isinstance(raw, str) else raw
+        except JsonRefused as exc:
+            duplicate = exc.code == strict_json.DUPLICATE_KEY
+            return _invalid(step, ARGUMENTS_DUPLICATE_KEY if duplicate else ARGUMENTS_NOT_JSON)
         if not isinstance(arguments, dict):
             return _invalid(step, ARGUMENTS_NOT_JSON)
         return {

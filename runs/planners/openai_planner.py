@@ -12,7 +12,6 @@ a trace event, an observation or a log line. ``repr`` hides it too.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,8 @@ from typing import Any
 
 import openai
 
+from policy.domain import strict_json
+from policy.domain.strict_json import JsonRefused
 from runs.domain import model_planning as mp
 from runs.domain.calls import CallRecord, CallStatus, ModelRequest
 from runs.domain.clock import Clock
@@ -249,8 +250,9 @@ def retry_after_s(headers: Any) -> float | None:
 
 
 def json_body(text: str) -> Any:
-    # A body that is not JSON is a malformed response: interpret() makes it a PARSE_ERROR.
+    # A body that is not JSON (or names a key twice, or holds what no JSON column stores) is a
+    # malformed response: interpret() makes it a PARSE_ERROR.
     try:
-        return json.loads(text)
-    except ValueError:
+        return strict_json.loads(text)
+    except JsonRefused:
         return None

@@ -9,6 +9,8 @@ from typing import Any
 
 from django import forms
 
+from policy.domain import strict_json
+from policy.domain.strict_json import JsonRefused
 from runs.domain.budgets import (
     MAX_DEADLINE_S,
     MAX_REPEATED_PROPOSAL_CEILING,
@@ -27,12 +29,13 @@ def _names(text: str) -> list[str]:
 
 
 def _json(text: str, *, what: str, kind: type) -> Any:
+    # strict_json: a key twice, NaN, a NUL or a lone surrogate is refused here, before the
+    # domain sees the value (PostgreSQL refused the last three only as the row was written: a
+    # 500, since planner outputs are stored as the operator wrote them).
     try:
-        value = json.loads(text or ("[]" if kind is list else "{}"))
-    except json.JSONDecodeError as exc:
-        raise forms.ValidationError(
-            f"{what} is not valid JSON ({exc.msg}, line {exc.lineno})"
-        ) from None
+        value = strict_json.loads(text or ("[]" if kind is list else "{}"))
+    except JsonRefused as exc:
+        raise forms.ValidationError(exc.message) from None  # the page names the field
     if not isinstance(value, kind):
         raise forms.ValidationError(
             f"{what} must be a JSON {kind.__name__.replace('dict', 'object')}"

@@ -3,6 +3,10 @@ JSON shape {code, message, extra} — with DEBUG off and on, for an anonymous an
 caller. Every URL pattern of the project (the API, its auth view, the admin, the catch-alls) gets
 every bad body: JSON nested 100,000 deep, malformed JSON, a wrong content type, a NUL byte, a body
 over DATA_UPLOAD_MAX_MEMORY_SIZE.
+
+The sweep goes on (issue 21 item 9) in test_error_sweep_console.py (every console form, with
+hostile values in every field) and tests/mcp/test_mcp_hostile.py (what hostile MCP servers
+send: names, descriptions, schemas, answers).
 """
 
 from __future__ import annotations

@@ -129,6 +129,10 @@ BAD_JSON = {
     "bad-utf8": b'{"goal": "\xff\xfe"}',
     "utf16": '{"goal": "g"}'.encode("utf-16"),
     "huge-integer": b'{"goal": ' + b"9" * 5000 + b"}",
+    # issue 21 item 8: a key twice has no one meaning (DRF kept the last: a run with "second").
+    "duplicate-key": b'{"goal": "first", "goal": "second"}',
+    "duplicate-nested-key": b'{"goal": "g", "planner": {"kind": "fixture", "kind": "openai"}}',
+    "overflow-to-infinity": b'{"goal": 1e999}',
 }
 
 
@@ -148,6 +152,16 @@ def test_malformed_json_is_malformed_request(write: Write, people: kit.People) -
     ]
     bad = problems(results, 400, kit.MALFORMED_REQUEST)
     assert not bad, "\n".join(bad)
+
+
+def test_a_key_twice_is_refused_and_nothing_is_created(people: kit.People) -> None:
+    """issue 21 item 8, the instance: ``{"goal":"first","goal":"second"}`` made a run with the
+    goal "second"; a reader that keeps the first key would have seen "first"."""
+    body = '{"goal": "first", "goal": "second", "planner": ' + json.dumps(PLANNER) + "}"
+    response = people.alice.post_raw("/api/runs/", body, "application/json")
+    error = kit.assert_error(response, 400, kit.MALFORMED_REQUEST)
+    assert error["extra"] == {"reason": "DUPLICATE_JSON_KEY", "key": "goal"}
+    assert not m.Run.objects.exists()
 
 
 @pytest.mark.parametrize("write", WRITES, ids=WRITE_IDS)

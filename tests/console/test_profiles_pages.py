@@ -158,6 +158,41 @@ def test_bad_input_is_a_400_with_its_code_and_nothing_saved(
     assert not RunProfile.objects.exists()
 
 
+def _outputs_with(value: str) -> str:
+    """The demo's planner outputs with ``value`` (JSON text) as the search query."""
+    text = json.dumps(DEMO_PROFILES[0]["planner"]["outputs"])
+    assert '"retry quarantine queue"' in text
+    return text.replace('"retry quarantine queue"', value)
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "said"),
+    [
+        ("planner_outputs", _outputs_with("NaN"), "NaN is not a JSON number"),
+        ("planner_outputs", _outputs_with("1e999"), "NaN and Infinity are not JSON"),
+        ("planner_outputs", _outputs_with('"a\\u0000b"'), "NUL characters"),
+        ("planner_outputs", _outputs_with('"\\ud800"'), "not valid Unicode"),
+        ("planner_outputs", _outputs_with('"a", "query": "b"'), "&quot;query&quot; appears twice"),
+        ("grant_templates", '[{"capability": "search:public", "capability": "memory:write", '
+         '"resource_scope": "public", "expires_at_step": 3}]', "appears twice"),
+        ("tool_policy", '{"search_public": {"confirmation": "never", "confirmation": "always"}}',
+         "appears twice"),
+    ],
+)  # fmt: skip
+def test_json_fields_refuse_what_has_no_one_meaning_or_cannot_be_stored(
+    operator: Any, field: str, text: str, said: str
+) -> None:
+    """issue 21 items 8 and 9: NaN, 1e999, a NUL or a lone surrogate in the planner outputs
+    was a 500 on PostgreSQL (the jsonb insert failed); a key twice was saved as its last value.
+    Now each is the form's 400 with the field named, and nothing is saved."""
+    response = client_for(operator).post("/profiles/", form(**{field: text}))
+    assert response.status_code == 400, response.content.decode()[:300]
+    page = response.content.decode()
+    assert "FORM_INVALID" in page
+    assert said in page
+    assert not RunProfile.objects.exists()
+
+
 def test_a_taken_name_is_a_409(operator: Any, demo: None) -> None:
     response = client_for(operator).post("/profiles/", form(name="research"))
     assert response.status_code == 409

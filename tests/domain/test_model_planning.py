@@ -190,6 +190,16 @@ def test_text_becomes_a_final_answer_citing_its_markers() -> None:
     [
         (completion(tool_message("search_public", '{"query": ')), mp.ARGUMENTS_NOT_JSON),
         (completion(tool_message("search_public", '["a list"]')), mp.ARGUMENTS_NOT_JSON),
+        # issue 21 item 8: which query did the model mean? Neither is proposed.
+        (
+            completion(tool_message("search_public", '{"query": "a", "query": "b"}')),
+            mp.ARGUMENTS_DUPLICATE_KEY,
+        ),
+        (
+            completion(tool_message("search_public", '{"query": "a", "limit": NaN}')),
+            mp.ARGUMENTS_NOT_JSON,
+        ),
+        (completion(tool_message("search_public", '{"query": "a\\u0000"}')), mp.ARGUMENTS_NOT_JSON),
         (completion(tool_message("delete_everything", "{}")), mp.TOOL_UNKNOWN),
         (completion(tool_message("save_preference", "{}")), mp.TOOL_UNKNOWN),  # not offered
         (completion({"content": "   ", "tool_calls": []}), mp.EMPTY_RESPONSE),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SERVER = Path(__file__).resolve().parent / "notes_server.py"
+HOSTILE = Path(__file__).resolve().parent / "hostile_server.py"  # serves hostile data
 TOKEN = "notes-canary-7f3a9c"  # the server's secret: must never show in a run record
 
 # Timeouts are generous bounds: a stdio call starts a Python process that imports the SDK, on a
@@ -89,22 +90,38 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 3
 
 def http_server(tmp: Path, name: str = "notesweb") -> Iterator[NotesServer]:
     log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
+    argv = [str(SERVER), "--log", str(log), "--variant", str(variant)]
+    for spec in _served(argv, name):
+        yield NotesServer(spec, log, variant)
+
+
+def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
+    """The spec of ``hostile_server.py --case <case>`` over stdio."""
+    return {"name": name, "transport": "stdio", "command": sys.executable,
+            "args": [str(HOSTILE), "--case", case]}  # fmt: skip
+
+
+def hostile_http(case: str, name: str = "hostileweb") -> Iterator[dict[str, Any]]:
+    """The spec of ``hostile_server.py --case <case>`` over HTTP, while it runs."""
+    yield from _served([str(HOSTILE), "--case", case], name)
+
+
+def _served(argv: list[str], name: str) -> Iterator[dict[str, Any]]:
+    """A server process listening on 127.0.0.1 while the caller holds the spec."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--log", str(log), "--variant", str(variant),
-         "--http", str(port)],
+        [sys.executable, *argv, "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     try:
         _wait_listening(port, proc)
-        spec = {
+        yield {
             "name": name,
             "transport": "http",
             "url": f"http://127.0.0.1:{port}/mcp",
             "header_secrets": {"Authorization": "NOTES_TOKEN"},
         }
-        yield NotesServer(spec, log, variant)
     finally:
         proc.terminate()
         try:

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from policy.models import McpTool
-from tests.mcp.mcp_kit import READ_POLICY, NotesServer
+from tests.mcp.mcp_kit import READ_POLICY, NotesServer, hostile_stdio
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_registry")]
 
@@ -44,4 +44,17 @@ def test_register_list_accept(stdio_notes: NotesServer, tmp_path: Path) -> None:
     policy.write_text("[]")
     with pytest.raises(CommandError, match="must hold a JSON object"):
         mcp("accept", "notes", "post_note", str(policy))
+    # issue 21 item 8: which side effect did the operator mean? The file is refused.
+    policy.write_text(json.dumps(READ_POLICY)[:-1] + ', "side_effect": "irreversible"}')
+    with pytest.raises(CommandError, match="DUPLICATE_JSON_KEY"):
+        mcp("accept", "notes", "post_note", str(policy))
+    assert not McpTool.objects.get(name="post_note").accepted_pin
     assert "disabled" in mcp("disable", "notes")
+
+
+def test_register_names_the_tools_it_refused(mcp_secrets: None, tmp_path: Path) -> None:
+    spec = tmp_path / "hostile.json"
+    spec.write_text(json.dumps(hostile_stdio("names")))
+    shown = mcp("register", str(spec))
+    assert "refused a/b</x>: MCP_TOOL_NAME_UNSUPPORTED" in shown
+    assert "refused nul_desc: MCP_TOOL_LISTING_INVALID (NUL_CHARACTER)" in shown

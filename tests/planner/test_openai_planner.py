@@ -29,6 +29,10 @@ SEARCH = {
 }
 
 
+# A chat completion whose answer is ONE, as a server writes it (key order kept).
+ANSWER = '{"choices": [{"message": {"role": "assistant", "content": "ONE"}}]}'
+
+
 def planner(server: ReplayServer, clock: FakeClock, sleep: FakeSleep, **endpoint: Any) -> Any:
     fields = {"name": "local", "base_url": server.base_url, "model": "replay-model",
               "api_key": CANARY_KEY, "timeout_s": 5.0} | endpoint  # fmt: skip
@@ -101,6 +105,10 @@ def test_the_output_limit_is_what_is_left_of_the_token_budget(
         (ok("unknown_tool"), mp.TOOL_UNKNOWN),
         (ok("no_choices"), mp.RESPONSE_MALFORMED),
         (Reply(body="<html>not json</html>"), mp.RESPONSE_MALFORMED),
+        # issue 21 items 8 and 9: a body with a key twice has no one meaning (which answer?);
+        # one with a NUL could not be stored. Neither becomes an answer.
+        (Reply(body=ANSWER.replace("ONE", 'yes","content":"no')), mp.RESPONSE_MALFORMED),
+        (Reply(body=ANSWER.replace("ONE", "a\\u0000b")), mp.RESPONSE_MALFORMED),
     ],
 )
 def test_a_bad_response_is_a_parse_error_output_not_a_crash(

@@ -199,6 +199,26 @@ def test_non_json_numbers_are_refused(tmp_path, constant):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("case", "replacement"),
+    [
+        # issue 21 item 8: which query? The file is refused, not read as the last key says.
+        ("duplicate-key", '"retry quarantine queue", "query": "something else"'),
+        ("overflow", "1e999"),  # not NaN, but infinity all the same
+        ("nul", '"retry\\u0000queue"'),  # PostgreSQL stores no NUL in text or jsonb
+        ("lone-surrogate", '"\\ud800"'),  # no UTF-8 form
+    ],
+)
+def test_json_with_no_one_meaning_or_no_storable_form_is_refused(tmp_path, case, replacement):
+    """Inside planner outputs (passed through unvalidated on purpose) too: refused up front
+    with SCENARIO_NOT_JSON, before any row is written."""
+    text = _with().decode("utf-8").replace('"retry quarantine queue"', replacement)
+    path = tmp_path / f"{case}.json"
+    path.write_text(text, encoding="utf-8")
+    _expect_refusal(path, "SCENARIO_NOT_JSON")
+
+
+@pytest.mark.django_db(transaction=True)
 def test_duplicate_confirmation_ids_are_refused(tmp_path):
     path = tmp_path / "duplicate-confirmations.json"
     path.write_bytes(_with(confirmations=[_confirmation("c1"), _confirmation("c1")]))

@@ -22,16 +22,21 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentconsole import wiring
+from policy.domain import strict_json
 from policy.domain.errors import DomainError
+from policy.domain.mcp_listing import RefusedTool
+from policy.domain.strict_json import JsonRefused
 from policy.mcp import selectors, services
 from policy.models import McpTool
 
 
 def _json_file(path: str) -> dict[str, Any]:
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        value = strict_json.loads(Path(path).read_bytes())
+    except OSError as exc:
         raise CommandError(f"{path}: {exc}") from None
+    except JsonRefused as exc:
+        raise CommandError(f"{path}: {exc.code}: {exc.message}") from None
     if not isinstance(value, dict):
         raise CommandError(f"{path}: must hold a JSON object")
     return value
@@ -67,13 +72,13 @@ class Command(BaseCommand):
         action = options["action"]
         by = self._user(options.get("by"))
         if action == "register":
-            server = services.mcp_server_register(
+            listed = services.mcp_server_register(
                 spec=_json_file(options["spec"]),
                 by=by,
                 lister=wiring.mcp_lister,
                 allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
             )
-            self._show(selectors.mcp_server_view(server))
+            self._show(selectors.mcp_server_view(listed.server), listed.refused)
         elif action == "list":
             servers = selectors.mcp_servers()
             if options["json"]:
@@ -81,12 +86,12 @@ class Command(BaseCommand):
             for view in servers if not options["json"] else ():
                 self._show(view)
         elif action == "refresh":
-            refreshed = services.mcp_server_refresh(
+            listed = services.mcp_server_refresh(
                 name=options["server"],
                 lister=wiring.mcp_lister,
                 allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
             )
-            self._show(selectors.mcp_server_view(refreshed))
+            self._show(selectors.mcp_server_view(listed.server), listed.refused)
         elif action == "accept":
             pin = options["pin"] or self._listed_pin(options["server"], options["tool"])
             row = services.mcp_tool_accept(
@@ -115,7 +120,7 @@ class Command(BaseCommand):
             raise CommandError(f"no user {name!r}")
         return user
 
-    def _show(self, server: dict[str, Any]) -> None:
+    def _show(self, server: dict[str, Any], refused: tuple[RefusedTool, ...] = ()) -> None:
         state = "enabled" if server["enabled"] else "disabled"
         self.stdout.write(f"{server['name']} ({server['transport']}, {state})")
         for tool in server["tools"]:
@@ -125,3 +130,5 @@ class Command(BaseCommand):
                 f"pin {str(tool['listed_pin'])[:12]}  "
                 f"{effective.get('side_effect', '')} {effective.get('confirmation', '')}"
             )
+        for r in refused:
+            self.stdout.write(f"  refused {r.name or '-'}: {r.code} ({r.reason or r.message})")
