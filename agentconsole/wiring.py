@@ -26,6 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from agentconsole import telemetry
+from agentconsole.demo_passwords import refuse_demo_passwords
 from agentconsole.metrics import StepTimingStore, observe_model_latency
 from memory import tools as memory_tools
 from memory.policies import memory_policies
@@ -269,7 +270,9 @@ def runner(
 
 def gateway(clock: Clock = SYSTEM_CLOCK) -> Gateway:
     """The gateway process's loop (``manage.py gateway``): every configured endpoint, the
-    workers' queue for the runs it answers, the model latency histogram."""
+    workers' queue for the runs it answers, the model latency histogram. An entry point like
+    the web, worker and beat: with DEBUG=0 it is not built while a demo password works."""
+    refuse_demo_passwords("the gateway")
     return Gateway(
         endpoints=model_endpoints(),
         owner=new_owner(),

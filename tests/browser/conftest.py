@@ -45,7 +45,7 @@ from tests.browser.browser_kit import (
 )
 from tests.browser.csp_watch import Watch, watch
 from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
-from tests.mcp.mcp_kit import stdio_server
+from tests.mcp.mcp_kit import hostile_argv, stdio_server
 
 
 def _redis_url() -> str:
@@ -69,7 +69,9 @@ def console() -> Iterator[Console]:
         "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
         # The MCP tools page's test registers the test notes server over stdio (tests/mcp),
         # keeping its files in scratch/mcp: the allowlist names that whole command line.
-        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([stdio_server(scratch / "mcp").argv]),
+        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps(
+            [stdio_server(scratch / "mcp").argv, hostile_argv("names")]
+        ),
         "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
     }
     if not ctx.redis_url:

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
-from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server, stdio_server
+from tests.mcp.mcp_kit import (
+    HOSTILE_CASES,
+    TIMEOUT_MS,
+    TOKEN,
+    NotesServer,
+    hostile_argv,
+    http_server,
+    stdio_server,
+)
 
 
 @pytest.fixture
@@ -18,6 +26,12 @@ def mcp_secrets(settings: pytest.FixtureRequest) -> None:
     # No command line is allowed until a fixture starts a stdio server (``allow``).
     settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = ()  # type: ignore[attr-defined]
     settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def allow_hostile(mcp_secrets: None, settings: Any) -> None:
+    """The deployment allows the hostile server's command lines (tests/mcp/hostile_server.py)."""
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = tuple(tuple(hostile_argv(c)) for c in HOSTILE_CASES)
 
 
 @pytest.fixture

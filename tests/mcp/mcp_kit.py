@@ -95,10 +95,19 @@ def http_server(tmp: Path, name: str = "notesweb") -> Iterator[NotesServer]:
         yield NotesServer(spec, log, variant)
 
 
+HOSTILE_CASES = ("names", "duplicate-key", "nan", "lone-surrogate")
+
+
+def hostile_argv(case: str) -> list[str]:
+    """The whole command line of ``hostile_server.py --case <case>`` over stdio (what a
+    deployment's ``AGENTCONSOLE_MCP_STDIO_COMMANDS`` must name for it to start)."""
+    return [sys.executable, str(HOSTILE), "--case", case]
+
+
 def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
     """The spec of ``hostile_server.py --case <case>`` over stdio."""
-    return {"name": name, "transport": "stdio", "command": sys.executable,
-            "args": [str(HOSTILE), "--case", case]}  # fmt: skip
+    command, *args = hostile_argv(case)
+    return {"name": name, "transport": "stdio", "command": command, "args": args}
 
 
 def hostile_http(case: str, name: str = "hostileweb") -> Iterator[dict[str, Any]]:

@@ -52,7 +52,7 @@ def test_register_list_accept(stdio_notes: NotesServer, tmp_path: Path) -> None:
     assert "disabled" in mcp("disable", "notes")
 
 
-def test_register_names_the_tools_it_refused(mcp_secrets: None, tmp_path: Path) -> None:
+def test_register_names_the_tools_it_refused(allow_hostile: None, tmp_path: Path) -> None:
     spec = tmp_path / "hostile.json"
     spec.write_text(json.dumps(hostile_stdio("names")))
     shown = mcp("register", str(spec))

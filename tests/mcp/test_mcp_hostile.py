@@ -30,7 +30,7 @@ from tests.mcp.mcp_kit import READ_POLICY, TIMEOUT_MS, hostile_http, hostile_std
 from tests.support.forms import crawl, submit, variants
 from tests.support.personas import Persona, make_persona
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_secrets")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("allow_hostile")]
 
 SERVERS = "/api/mcp/servers/"
 # What the "names" server lists and why each bad entry is refused (policy.domain.mcp_listing).

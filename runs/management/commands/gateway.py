@@ -11,10 +11,10 @@ import asyncio
 import logging
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentconsole import wiring
-from agentconsole.demo_passwords import DemoPasswordsRefused, refuse_demo_passwords
 from runs.calls.gateway import install_stop_signals
 
 log = logging.getLogger("runs.calls.gateway")
@@ -32,13 +32,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # An entry point like the web, worker and beat (issue 21 item 12): with DEBUG=0 it does
-        # not start while a demo password works.
         try:
-            refuse_demo_passwords("the gateway")
-        except DemoPasswordsRefused as exc:
+            gateway = wiring.gateway()
+        except ImproperlyConfigured as exc:  # a demo password works with DEBUG=0 (E001)
             raise CommandError(str(exc)) from None
-        gateway = wiring.gateway()
         names = ", ".join(f"{n} (≤{e.max_in_flight})" for n, e in gateway.endpoints.items())
         log.warning("gateway %s serving: %s", gateway.owner, names or "no endpoint configured")
 
