@@ -1,5 +1,6 @@
-"""The project package as an app: no models; the deployment's system checks and the sign-in
-signals (agentconsole/auth.py)."""
+"""The project package as an app: no models; the deployment's system checks, the sign-in
+signals (agentconsole/auth.py) and the rings that close revoked sockets
+(agentconsole/ws_revoke.py)."""
 
 from django.apps import AppConfig
 
@@ -15,7 +16,7 @@ class AgentconsoleConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in, user_login_failed
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, checks, wiring  # noqa: F401
+        from agentconsole import auth, checks, wiring, ws_revoke  # noqa: F401
         from runs import context
 
         user_login_failed.connect(auth.on_login_failed, dispatch_uid="agentconsole-login-failed")
@@ -23,5 +24,6 @@ class AgentconsoleConfig(AppConfig):
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )
+        ws_revoke.connect()  # rings a user's open sockets to check again (issue 21 item 6)
         # The default for callers that pass no context (runs.context): the root's own.
         context.install(wiring.context)
