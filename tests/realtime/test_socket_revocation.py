@@ -96,20 +96,16 @@ async def _open(app: Any, path: str, headers: list[tuple[bytes, bytes]]) -> Webs
     return comm
 
 
-async def _frames_until_close(comm: WebsocketCommunicator) -> tuple[list[dict], dict]:
-    frames: list[dict] = []
-    while True:
-        out = await comm.receive_output(timeout=WAIT_S)
-        if out["type"] == "websocket.close":
-            return frames, out
-        frames.append(json.loads(out["text"]))
-
-
 async def _closed_without_events(comm: WebsocketCommunicator, code: int, reason: str) -> None:
-    frames, close = await _frames_until_close(comm)
-    assert (close.get("code"), close.get("reason")) == (code, reason)
-    assert [f for f in frames if f["type"] != "closed"] == []  # no event after the revocation
-    assert frames[-1]["code"] == reason  # the reason in a frame: daphne drops a close's reason
+    """The socket closes with ``code`` and ``reason``; the one frame before the close names the
+    reason (daphne drops a close's reason); no event or count frame comes after the revocation."""
+    frames = []
+    while (out := await comm.receive_output(timeout=WAIT_S))["type"] != "websocket.close":
+        frame = json.loads(out["text"])
+        assert frame["type"] == "closed", f"sent after the revocation: {frame}"
+        frames.append(frame)
+    assert (out.get("code"), out.get("reason")) == (code, reason)
+    assert [f["code"] for f in frames] == [reason]
 
 
 # -- the trace socket ---------------------------------------------------------------------------
