@@ -13,7 +13,8 @@ an account out for a window by failing on purpose; that is the accepted price of
 
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
-deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens.
+deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens. An open websocket
+closes when its token or session ends (agentconsole/ws_auth.py, runs/socket_guard.py).
 """
 
 from __future__ import annotations
