@@ -1,6 +1,5 @@
-"""The project package as an app: no models; the deployment's system checks, the sign-in
-signals (agentconsole/auth.py) and the rings that close revoked sockets
-(agentconsole/ws_revoke.py)."""
+"""The project package as an app: no models; the deployment's system checks and the sign-in
+signals (agentconsole/auth.py)."""
 
 from django.apps import AppConfig
 
