@@ -33,7 +33,6 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from policy.domain.errors import NotFound
 from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
@@ -185,6 +184,11 @@ async def _events_after(run_id: str, after: int, *, need: int = 0) -> list[dict[
     return await asyncio.shield(entry[1])
 
 
+@database_sync_to_async
+def _ownership(run_id: str) -> selectors.RunOwnership | None:
+    return selectors.run_ownership(run_id=run_id)
+
+
 class _Socket(GuardedSocket):
     async def in_thread(self, fn: Callable[[], Verdict]) -> Verdict:
         """The sockets' credential checks run beside their reads, for the same reason."""
@@ -209,7 +213,9 @@ class RunTraceConsumer(_Socket):
             await self.close(code=BAD_REQUEST)
             return
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        refused = await self.open_guard()
+        # Read once: an owner's right is then checked with no query (selectors.sees_run).
+        self.ownership = await _ownership(self.run_id)
+        refused = await self.open_guard() if self.ownership else (PERMISSION_DENIED, "")
         if refused is not None:
             # At connect a run the user may not watch is not found (as on the API).
             await self.close(code=NOT_FOUND if refused[0] == PERMISSION_DENIED else refused[0])
@@ -237,11 +243,7 @@ class RunTraceConsumer(_Socket):
         return ("run", self.run_id)
 
     def may_watch(self, user: Any) -> bool:
-        try:
-            selectors.access_run(user=user, run_id=self.run_id)
-        except NotFound:
-            return False
-        return True
+        return selectors.sees_run(user=user, run=self.ownership)
 
     async def disconnect(self, code: int) -> None:
         _uncount(self)
