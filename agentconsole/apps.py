@@ -14,11 +14,12 @@ class AgentconsoleConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, checks, wiring  # noqa: F401
+        from agentconsole import auth, checks, wiring, ws_revoke  # noqa: F401
         from runs import context
 
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )
+        ws_revoke.connect()  # rings a user's open sockets to check again (issue 21 item 6)
         # The default for callers that pass no context (runs.context): the root's own.
         context.install(wiring.context)

@@ -36,7 +36,8 @@ here is ~100 lines and shared with the run-creation rate (``runs/limits.py``).
 
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
-deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens.
+deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens. An open websocket
+closes when its token or session ends (agentconsole/ws_auth.py, runs/socket_guard.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -232,9 +233,13 @@ def on_user_saved(sender: Any, instance: Any, update_fields: Any = None, **kw: A
 # --- tokens ----------------------------------------------------------------------------------
 
 
-def token_expired(token: Any) -> bool:
-    ttl = timedelta(seconds=settings.AGENTCONSOLE_TOKEN_TTL_S)
-    return token.created + ttl <= timezone.now()
+def token_expires_at(token: Any) -> datetime:
+    return token.created + timedelta(seconds=settings.AGENTCONSOLE_TOKEN_TTL_S)
+
+
+def token_expired(token: Any, now: datetime | None = None) -> bool:
+    """``now``: an open websocket asks with its own clock (agentconsole/ws_auth.py)."""
+    return token_expires_at(token) <= (now or timezone.now())
 
 
 def token_for(user: Any) -> Any:
@@ -246,16 +251,17 @@ def token_for(user: Any) -> Any:
     return token
 
 
-def user_for_token(key: str) -> Any | None:
-    """The active user a live token belongs to (None otherwise; an expired token is deleted).
-    The websocket path (agentconsole/ws_auth.py) uses this; the API uses the class below."""
+def live_token(key: str) -> Any | None:
+    """The token, with its user, if it is live and its user active (None otherwise; an expired
+    token is deleted). The websocket path (agentconsole/ws_auth.py) uses this; the API uses the
+    class below."""
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
         return None
     if token_expired(token):
         token.delete()
         return None
-    return token.user
+    return token
 
 
 class ExpiringTokenAuthentication(TokenAuthentication):

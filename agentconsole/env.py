@@ -40,6 +40,14 @@ def json_from_env(name: str) -> Any:
     return parsed(name, raw) if raw else None
 
 
+def positive_seconds(name: str, default: str) -> float:
+    """A period in seconds: 0 would spin a loop, nan or infinity would never come round."""
+    value = float(os.environ.get(name, default))
+    if not 0 < value < float("inf"):
+        raise RuntimeError(f"{name} must be a positive number of seconds")
+    return value
+
+
 def tool_secrets(name: str = "AGENTCONSOLE_TOOL_SECRETS") -> dict[str, dict[str, str]] | None:
     """``{"tool_name": {"secret_name": "value"}}``: what the executor injects into each tool."""
     value = json_from_env(name)

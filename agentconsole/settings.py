@@ -224,16 +224,15 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
-        },
-    }
+    _layer = "channels_redis.core.RedisChannelLayer"
+    CHANNEL_LAYERS = {"default": {"BACKEND": _layer, "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
     # Per process only: the doorbell rings within the web process; consumers also tail the
     # database, which is the truth in both deployments.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# An open websocket checks its token or session and its user's roles at least this often; a
+# revocation rings it at once, this bounds a lost ring and an expiry (runs/socket_guard.py).
+AGENTCONSOLE_WS_RECHECK_S = env.positive_seconds("AGENTCONSOLE_WS_RECHECK_S", "30")
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "agentfs://"
 if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):

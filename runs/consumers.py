@@ -12,6 +12,9 @@ what the database says.
 
 /ws/console/ pushes ``{"type": "queues", "pending_confirmations", "open_handoffs"}`` to
 operators, reviewers and admins whenever they change.
+
+Both close once the credential that opened them ends or their user may no longer watch
+(runs/socket_guard.py): they check before they send what they read.
 """
 
 from __future__ import annotations
@@ -20,29 +23,36 @@ import asyncio
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from policy.domain.errors import NotFound
 from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
 from runs.doorbell import CONSOLE_GROUP, run_group
+from runs.socket_guard import (
+    NOT_AUTHENTICATED,
+    PERMISSION_DENIED,
+    GuardedSocket,
+    Verdict,
+    checks_started,
+)
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
 # worker's ring never reaches the web process, so it is the delivery path: keep it short.
 # With Redis the doorbell is the path and this is only a safety net.
 CATCH_UP_S = 1.0 if not os.environ.get("REDIS_URL") else 5.0
 BATCH = 200
-# Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API.
-NOT_AUTHENTICATED, NOT_FOUND, BAD_REQUEST, PERMISSION_DENIED = 4401, 4404, 4400, 4403
+# Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API. 4401 and
+# 4403 also end an open socket (runs/socket_guard.py).
+NOT_FOUND, BAD_REQUEST = 4404, 4400
 
 # Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
 # One event loop per daphne process runs every consumer, so plain integers need no lock.
@@ -60,15 +70,6 @@ def _after(scope: dict[str, Any]) -> int | None:
     except ValueError:
         return None
     return value if 0 <= value < 2**31 else None
-
-
-@database_sync_to_async
-def _visible(user: Any, run_id: str) -> bool:
-    try:
-        selectors.access_run(user=user, run_id=run_id)
-    except NotFound:
-        return False
-    return True
 
 
 def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
@@ -183,6 +184,17 @@ async def _events_after(run_id: str, after: int, *, need: int = 0) -> list[dict[
     return await asyncio.shield(entry[1])
 
 
+@database_sync_to_async
+def _ownership(run_id: str) -> selectors.RunOwnership | None:
+    return selectors.run_ownership(run_id=run_id)
+
+
+class _Socket(GuardedSocket):
+    async def in_thread(self, fn: Callable[[], Verdict]) -> Verdict:
+        """The sockets' credential checks run beside their reads, for the same reason."""
+        return await sync_to_async(fn, thread_sensitive=False, executor=_readers)()
+
+
 def _uncount(consumer: Any) -> None:
     kind = getattr(consumer, "counted", None)
     if kind is not None:  # counted once at accept, uncounted once
@@ -190,7 +202,7 @@ def _uncount(consumer: Any) -> None:
         _open_clients[kind] -= 1
 
 
-class RunTraceConsumer(AsyncJsonWebsocketConsumer):
+class RunTraceConsumer(_Socket):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -201,8 +213,12 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=BAD_REQUEST)
             return
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        if not await _visible(user, self.run_id):
-            await self.close(code=NOT_FOUND)
+        # Read once: an owner's right is then checked with no query (selectors.sees_run).
+        self.ownership = await _ownership(self.run_id)
+        refused = await self.open_guard() if self.ownership else (PERMISSION_DENIED, "")
+        if refused is not None:
+            # At connect a run the user may not watch is not found (as on the API).
+            await self.close(code=NOT_FOUND if refused[0] == PERMISSION_DENIED else refused[0])
             return
         self.last = after
         self.lock = asyncio.Lock()
@@ -217,8 +233,17 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
         # Its own read, started after joining the group: a read already in flight may have
         # begun before an event whose doorbell rang before this socket listened.
         await self.catch_up(need=FRESH)
+        if self.ended:
+            return
         await self.send_json({"type": "replayed", "last_sequence": self.last})
         self.ticker = asyncio.create_task(self._tick())
+        self.start_guard()
+
+    def watched(self) -> Hashable:
+        return ("run", self.run_id)
+
+    def may_watch(self, user: Any) -> bool:
+        return selectors.sees_run(user=user, run=self.ownership)
 
     async def disconnect(self, code: int) -> None:
         _uncount(self)
@@ -227,6 +252,7 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
+        await self.close_guard()
         if hasattr(self, "run_id") and hasattr(self, "lock"):
             await self.channel_layer.group_discard(run_group(self.run_id), self.channel_name)
         if getattr(self, "watching", False):
@@ -235,7 +261,7 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         # Clients only listen; a "ping" gets the position back (useful for reconnect logic).
-        if isinstance(content, dict) and content.get("type") == "ping":
+        if isinstance(content, dict) and content.get("type") == "ping" and not self.ended:
             await self.send_json({"type": "pong", "last_sequence": self.last})
 
     async def trace_doorbell(self, message: dict[str, Any]) -> None:
@@ -246,23 +272,24 @@ class RunTraceConsumer(AsyncJsonWebsocketConsumer):
 
     async def catch_up(self, *, need: int = 0) -> None:
         async with self.lock:
-            while True:
+            while not self.ended:
                 events = await _events_after(self.run_id, self.last, need=need)
+                # A check started after the read sees every revocation committed before these
+                # events: none committed after one is sent (runs/socket_guard.py).
+                if events and not await self.still_allowed(after=checks_started()):
+                    return
                 for event in events:
+                    if self.ended:  # closed meanwhile by the periodic check or a ring
+                        return
                     await self.send_json(event)
                     self.last = event["sequence"]
                 if len(events) < BATCH:
                     return
 
     async def _tick(self) -> None:
-        while True:
+        while not self.ended:
             await asyncio.sleep(CATCH_UP_S)
             await self.catch_up()
-
-
-@database_sync_to_async
-def _may_watch_queues(user: Any) -> bool:
-    return is_operator(user) or is_reviewer(user)
 
 
 @database_sync_to_async
@@ -270,7 +297,7 @@ def _counts() -> dict[str, int]:
     return selectors.queue_counts()
 
 
-class ConsoleConsumer(AsyncJsonWebsocketConsumer):
+class ConsoleConsumer(_Socket):
     REFRESH_S = 2.0
 
     async def connect(self) -> None:
@@ -278,8 +305,9 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=NOT_AUTHENTICATED)
             return
-        if not await _may_watch_queues(user):
-            await self.close(code=PERMISSION_DENIED)
+        refused = await self.open_guard()
+        if refused is not None:
+            await self.close(code=refused[0])
             return
         self.sent: dict[str, int] | None = None
         await self.channel_layer.group_add(CONSOLE_GROUP, self.channel_name)
@@ -288,6 +316,13 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         _open_clients["console"] += 1
         await self.push()
         self.ticker = asyncio.create_task(self._tick())
+        self.start_guard()
+
+    def watched(self) -> Hashable:
+        return "console"
+
+    def may_watch(self, user: Any) -> bool:
+        return is_operator(user) or is_reviewer(user)
 
     async def disconnect(self, code: int) -> None:
         _uncount(self)
@@ -297,17 +332,19 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
             await self.channel_layer.group_discard(CONSOLE_GROUP, self.channel_name)
+        await self.close_guard()
 
     async def console_doorbell(self, message: dict[str, Any]) -> None:
         await self.push()
 
     async def push(self) -> None:
         counts = await _counts()
-        if counts != self.sent:
+        # Checked after the read, before sending (runs/socket_guard.py).
+        if counts != self.sent and await self.still_allowed(after=checks_started()):
             self.sent = counts
             await self.send_json({"type": "queues", **counts})
 
     async def _tick(self) -> None:
-        while True:
+        while not self.ended:
             await asyncio.sleep(self.REFRESH_S)
             await self.push()

@@ -34,6 +34,12 @@ def run_group(run_id: str) -> str:
     return f"run.{run_id}"
 
 
+def user_group(user_id: Any) -> str:
+    """Every open socket of one user (runs/socket_guard.py): rung when that user's credentials
+    or roles may have changed, so the sockets check again at once."""
+    return f"user.{user_id}"
+
+
 MAX_SENDING = 32  # groups sending at once (channels_redis's pool allows 100 connections)
 
 
@@ -104,3 +110,8 @@ def ring_after_commit(run_id: str, sequence: int, *, queues_changed: bool = Fals
 
 def ring_console() -> None:
     _ring(CONSOLE_GROUP, {"type": "console.doorbell"})
+
+
+def ring_user(user_id: Any) -> None:
+    """After commit: a token, session, password, active flag or role of this user changed."""
+    _ring(user_group(user_id), {"type": "auth.changed"})

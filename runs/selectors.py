@@ -132,6 +132,18 @@ def runs_flagged(runs: Any) -> Any:
     return runs.filter(m.OUTCOME_FLAGGED)
 
 
+def run_ownership(*, run_id: str) -> RunOwnership | None:
+    """Whose a run is (None: no such run). Neither changes after the run is created."""
+    row = m.Run.objects.filter(pk=run_id).values_list("owner_id", "subject").first()
+    return None if row is None else RunOwnership(owner_id=row[0], subject=row[1])
+
+
+def sees_run(*, user: Any, run: m.Run | RunOwnership) -> bool:
+    """``runs_visible``'s rule for one run whose ownership is known: an open trace socket asks
+    it on every doorbell, and an owner's answer needs no query (roles are read only if not)."""
+    return is_own_run(user=user, run=run) or sees_all_runs(user)
+
+
 def access_run(*, user: Any, run_id: str) -> m.Run:
     """The run, if ``user`` may see it. A foreign run is 'not found': its existence is not
     disclosed."""

@@ -278,6 +278,7 @@
     var url = scheme + location.host + "/ws/runs/" + encodeURIComponent(runId) + "/trace/?after=" + last;
     var ws = new WebSocket(url);
     var opened = false;
+    var ended = ""; // the server's words when it closes the socket for good (its last frame)
     socket = ws;
     ws.onopen = function () { opened = true; failures = 0; stopPolling(); };
     ws.onmessage = function (msg) {
@@ -286,10 +287,11 @@
       if (!data) return;
       if (data.type === "event") receive([data]);
       else if (data.type === "replayed") setLive(finished() ? "live · run finished" : "live");
+      else if (data.type === "closed") ended = String(data.message || "");
     };
     ws.onclose = function (ev) {
       if (socket === ws) socket = null;
-      if (ev.code >= 4400 && ev.code < 4500) { setLive("not available (" + ev.code + ")"); return; }
+      if (ev.code >= 4400 && ev.code < 4500) { setLive(ended || "not available (" + ev.code + ")"); return; }
       if (!opened) failures += 1;
       if (failures >= 3) startPolling();
       else setLive("reconnecting…");

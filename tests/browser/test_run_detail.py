@@ -5,7 +5,9 @@
   timeline ends up with every event once, in order (compared with the API's trace);
 - with no WebSocket at all the page polls and still follows the run;
 - untrusted text with ``<script>`` in an observation shows as text (no dialog, no element);
-- a user cannot open another user's run, nor the operator's queue (404).
+- a user cannot open another user's run, nor the operator's queue (404);
+- signed out in another tab, the page's socket closes (4401, issue 21 item 6) and the page says
+  why, in the server's words, rather than reconnecting.
 """
 
 from __future__ import annotations
@@ -37,6 +39,22 @@ RECORD_SOCKETS = """(() => {
   function Recorded(url, protocols) {
     const ws = protocols === undefined ? new Native(url) : new Native(url, protocols);
     window.__sockets.push({ url: String(url), ws: ws });
+    return ws;
+  }
+  Recorded.prototype = Native.prototype;
+  Object.assign(Recorded, { CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3 });
+  window.WebSocket = Recorded;
+})();"""
+# Records each WebSocket's frames and how it closed (test-side only, as above).
+RECORD_CLOSES = """(() => {
+  const Native = window.WebSocket;
+  window.__seen = [];
+  function Recorded(url, protocols) {
+    const ws = protocols === undefined ? new Native(url) : new Native(url, protocols);
+    const seen = { frames: [], code: null, reason: null };
+    window.__seen.push(seen);
+    ws.addEventListener("message", (m) => seen.frames.push(JSON.parse(m.data)));
+    ws.addEventListener("close", (e) => { seen.code = e.code; seen.reason = e.reason; });
     return ws;
   }
   Recorded.prototype = Native.prototype;
@@ -146,6 +164,24 @@ def test_without_websockets_the_page_polls_and_still_follows_the_run(
     page.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)
     page.wait_for_selector("[data-trace] [data-event='run.stopped']")
     _timeline_matches_the_trace(page, console, run["run_id"])
+
+
+def test_signing_out_in_another_tab_closes_the_pages_socket(
+    new_page: Callable[..., Any], console: Console
+) -> None:
+    _run, page = _watching(new_page, console, "Answer in Chinese (sign-out test)", RECORD_CLOSES)
+    page.wait_for_selector("[data-trace-live]:has-text('live')")
+    other = page.context.new_page()  # the same browser: the same session cookie
+    other.goto("/runs/")
+    other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url(re.compile(r"/login/$"))
+    page.wait_for_selector("[data-trace-live]:has-text('The session ended: sign in again.')")
+    seen = page.evaluate("() => window.__seen")
+    assert len(seen) == 1  # closed for good: no reconnect
+    assert seen[0]["code"] == 4401
+    assert seen[0]["frames"][-1]["type"] == "closed"
+    assert seen[0]["frames"][-1]["code"] == "SESSION_ENDED"  # daphne drops the close's reason
+    shot(page, "run-detail-signed-out")
 
 
 SCRIPT_DOCUMENT = (
