@@ -257,6 +257,13 @@ if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         # kombu polls the folder; its 1 s default would add up to a second to every hand-off.
         "polling_interval": 0.05,
     }
+else:
+    # Redis: a worker listens on its queues in the order it consumes them (the control queue
+    # first, env.queues), not round-robin. Round-robin, a worker that had just taken a sweep
+    # took a run next even with a recovered run waiting on the control queue, so a recovery
+    # waited one more whole task per sweep ahead of it (the soak: minutes under a backlog).
+    # The control queue carries only sweeps and recovered runs: it cannot starve the runs.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "priority"}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The runs' queue (one per deployment, or per test stack, sharing a broker) and the control
 # queue of the sweep and the runs it recovers; a worker consumes both (env.queues).
@@ -268,9 +275,14 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
+SWEEP_INTERVAL_S = float(os.environ.get("SWEEP_INTERVAL_S", "5"))
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5")),
-              "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE}},
+    # A sweep no worker took within an interval is dropped unrun (``expires``): the next one is
+    # already queued, and one sweep does what any number would. Without it, while every
+    # worker was busy the beat piled sweeps on the control queue (146 in a 60-run soak) and
+    # a recovered run queued behind all of them.
+    "sweep": {"task": "runs.sweep", "schedule": SWEEP_INTERVAL_S,
+              "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE, "expires": SWEEP_INTERVAL_S}},
     # Retention: expired long-term memory records are purged (an audit entry stays).
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
 }  # fmt: skip
