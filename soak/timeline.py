@@ -57,8 +57,8 @@ class Timeline:
         """Called right after the kill: the dead worker's lease is still on the row."""
         from runs import models as m
 
-        row = m.Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first()
-        row = row or {}
+        first = m.Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first()
+        row: dict[str, Any] = dict(first or {})
         expires = row.get("lease_expires_at")
         item = Watched(
             run_id=run_id,
@@ -115,7 +115,7 @@ class Timeline:
         if not open_:
             return
         rows = {
-            r["id"]: r
+            r["id"]: dict(r)
             for r in m.Run.objects.filter(pk__in=[w.run_id for w in open_]).values(
                 "id", "lease_owner", "lease_expires_at", "status"
             )
