@@ -258,11 +258,7 @@ if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         "polling_interval": 0.05,
     }
 else:
-    # Redis: a worker listens on its queues in the order it consumes them (the control queue
-    # first, env.queues), not round-robin. Round-robin, a worker that had just taken a sweep
-    # took a run next even with a recovered run waiting on the control queue, so a recovery
-    # waited one more whole task per sweep ahead of it (the soak: minutes under a backlog).
-    # The control queue carries only sweeps and recovered runs: it cannot starve the runs.
+    # A free worker takes the control queue (declared first) before the runs' (env.queues).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "priority"}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The runs' queue (one per deployment, or per test stack, sharing a broker) and the control
@@ -277,10 +273,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
 SWEEP_INTERVAL_S = float(os.environ.get("SWEEP_INTERVAL_S", "5"))
 CELERY_BEAT_SCHEDULE = {
-    # A sweep no worker took within an interval is dropped unrun (``expires``): the next one is
-    # already queued, and one sweep does what any number would. Without it, while every
-    # worker was busy the beat piled sweeps on the control queue (146 in a 60-run soak) and
-    # a recovered run queued behind all of them.
+    # A sweep nobody took within an interval expires unrun (the next is queued): sweeps piled up
+    # while every worker was busy, and recovered runs queued behind them (README "Soak test").
     "sweep": {"task": "runs.sweep", "schedule": SWEEP_INTERVAL_S,
               "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE, "expires": SWEEP_INTERVAL_S}},
     # Retention: expired long-term memory records are purged (an audit entry stays).

@@ -209,15 +209,7 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
 
             progress = Progress(redis_url, queue, env["AGENTCONSOLE_CONTROL_QUEUE"])
             timeline = Timeline(redis_url, (queue, env["AGENTCONSOLE_CONTROL_QUEUE"]))
-            watcher = threading.Thread(target=timeline.loop, name="timeline", daemon=True)
-            watcher.start()
-            exits.callback(watcher.join, 10)
-            exits.callback(timeline.stop.set)
-
-            def watch(kill: Kill) -> None:
-                for run_id in kill.held:
-                    timeline.watch(run_id, kill_at=kill.at, worker=kill.worker)
-
+            timeline.start(exits)
             kills = kill_phase(
                 stack,
                 rng,
@@ -226,14 +218,13 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
                 min_up_s=cfg.min_up_s,
                 say=say,
                 status=progress,
-                watch=watch,
+                watch=timeline.watch_kill,
             )
             say(f"{len(kills)} kills done; draining (up to {cfg.drain_s:.0f} s)")
             drained_s = drain(cfg, stack, list(runs), say, progress)
             approver.stop.set()
             thread.join(10)
-            timeline.stop.set()
-            watcher.join(10)
+            timeline.finish()
             outcome = conclude(cfg, stack, runs, kills, approver, out, timeline)
             outcome.results.update(
                 elapsed_s=round(time.monotonic() - started, 1),
@@ -241,8 +232,7 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
                 drain_s=round(drained_s, 1),
                 requests_per_web=list(api.requests.values()),
                 hold_ms=hold_ms,
-                queue_deepest=progress.deepest,
-                control_queue_deepest=progress.control_deepest,
+                **progress.deepest_seen(),
             )
             return outcome
     finally:
@@ -354,6 +344,9 @@ class Progress:
         self.control_deepest = max(self.control_deepest, control)
         runs = ", ".join(f"{r['status']}={r['n']}" for r in sorted(rows, key=str))
         return f"{runs}; queue {depth}, control queue {control}"
+
+    def deepest_seen(self) -> dict[str, int]:
+        return {"queue_deepest": self.deepest, "control_queue_deepest": self.control_deepest}
 
 
 def summarize(

@@ -18,10 +18,14 @@ ones that matter here last seconds.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from soak.kills import Kill
 
 POLL_S = 0.1
 # runs.leases' names (imported there only once Django is set up): a hand-back's message, and
@@ -52,6 +56,23 @@ class Timeline:
     watched: list[Watched] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    thread: threading.Thread | None = None
+
+    def start(self, exits: contextlib.ExitStack) -> None:
+        """Poll from a thread of its own until ``finish`` (or the soak's end)."""
+        self.thread = threading.Thread(target=self.loop, name="timeline", daemon=True)
+        self.thread.start()
+        exits.callback(self.finish)
+
+    def finish(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(10)
+
+    def watch_kill(self, kill: Kill) -> None:
+        for run_id in kill.held:
+            self.watch(run_id, kill_at=kill.at, worker=kill.worker)
 
     def watch(self, run_id: str, *, kill_at: float, worker: str) -> None:
         """Called right after the kill: the dead worker's lease is still on the row."""
