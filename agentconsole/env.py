@@ -185,8 +185,12 @@ def queues() -> tuple[str, str, tuple[Any, ...]]:
     worker go to ``AGENTCONSOLE_CONTROL_QUEUE`` (default: the runs' queue's name + ``-control``),
     which every worker started without ``-Q`` consumes beside the runs' queue: neither a sweep
     nor a recovery waits behind a backlog of runs. A recovered run goes back to the runs' queue
-    after its first slice (runs.tasks)."""
+    after its first slice (runs.tasks).
+
+    The control queue is declared first: a worker consumes the queues in this order, and on
+    Redis it looks at them in that order too (``queue_order_strategy``, settings), so a free
+    worker takes a sweep or a recovered run before the next run of the backlog."""
     runs = os.environ.get("AGENTCONSOLE_QUEUE", "celery")
     control = os.environ.get("AGENTCONSOLE_CONTROL_QUEUE") or f"{runs}-control"
-    declared = tuple(Queue(q, Exchange(q), routing_key=q) for q in (runs, control))
+    declared = tuple(Queue(q, Exchange(q), routing_key=q) for q in (control, runs))
     return runs, control, declared

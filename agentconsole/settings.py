@@ -255,6 +255,9 @@ if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
         # kombu polls the folder; its 1 s default would add up to a second to every hand-off.
         "polling_interval": 0.05,
     }
+else:
+    # A free worker takes the control queue (declared first) before the runs' (env.queues).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "priority"}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The runs' queue (one per deployment, or per test stack, sharing a broker) and the control
 # queue of the sweep and the runs it recovers; a worker consumes both (env.queues).
@@ -266,9 +269,12 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
+SWEEP_INTERVAL_S = float(os.environ.get("SWEEP_INTERVAL_S", "5"))
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "runs.sweep", "schedule": float(os.environ.get("SWEEP_INTERVAL_S", "5")),
-              "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE}},
+    # A sweep nobody took within an interval expires unrun (the next is queued): sweeps piled up
+    # while every worker was busy, and recovered runs queued behind them (README "Soak test").
+    "sweep": {"task": "runs.sweep", "schedule": SWEEP_INTERVAL_S,
+              "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE, "expires": SWEEP_INTERVAL_S}},
     # Retention: expired long-term memory records are purged (an audit entry stays).
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
 }  # fmt: skip

@@ -193,33 +193,44 @@ RELEASE_BATCH = 1000
 
 
 def release_dead_local(
-    *, host: str | None = None, pid_alive: Callable[[int], bool] = _pid_alive
+    *,
+    host: str | None = None,
+    pid_alive: Callable[[int], bool] = _pid_alive,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[str]:
-    """Release the leases held by processes of this host that no longer exist; their run ids.
+    """Lapse the leases held by processes of this host that no longer exist; their run ids.
 
     A worker calls it when it starts (a predecessor on this host was killed) and when it stops
     (after its pool processes ended, including one stopped mid-step at the end of the shutdown
-    bound). The run is then free at once for the redelivered message or the sweeper, instead
-    of after the lease's expiry. Owners are ``host:pid:nonce`` (``new_owner``): this needs a
-    hostname per machine (or container) that no other worker host shares.
+    bound). The lease then reads as lapsed at once, instead of after its expiry: the next sweep
+    sends the run on the control queue, ahead of the backlog, as for any worker whose lease
+    lapsed. The owner stays on the row: that is how the sweeper knows a worker died there.
+    (Clearing it, as this did before, made the run look merely idle: the sweeper waited until
+    it was stale, 30 s, and sent it behind the whole backlog; the soak saw such recoveries take
+    minutes.) Owners are ``host:pid:nonce`` (``new_owner``): this needs a hostname per machine
+    (or container) that no other worker host shares.
 
     The race: a process that is alive is never touched; a dead one cannot renew, and the
-    conditional UPDATE on the exact owner releases nothing if another worker took the run
-    meanwhile.
+    conditional UPDATE on the exact owner changes nothing if another worker took the run
+    meanwhile. A lease already lapsed is left as it is (and not counted again).
     """
     host = host or socket.gethostname()
-    held = Run.objects.filter(lease_owner__startswith=f"{host}:").values_list("id", "lease_owner")
+    now = as_datetime(clock.now_ms())
+    held = Run.objects.filter(
+        lease_owner__startswith=f"{host}:", lease_expires_at__gte=now
+    ).values_list("id", "lease_owner")
     released = []
     for run_id, owner in held[:RELEASE_BATCH]:
         parts = (owner or "").split(":")
         pid = parts[1] if len(parts) >= 3 else ""
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
+        # One millisecond in the past: ``lease_acquire`` takes an expired lease strictly.
         if Run.objects.filter(pk=run_id, lease_owner=owner).update(
-            lease_owner=None, lease_expires_at=None
+            lease_expires_at=as_datetime(clock.now_ms() - 1)
         ):
             released.append(run_id)
     if released:
-        log.warning("released the leases of dead processes on %s: %s", host, released)
+        log.warning("lapsed the leases of dead processes on %s: %s", host, released)
         lease_taken_over.send(sender=Run, run_ids=released)
     return released

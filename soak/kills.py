@@ -48,9 +48,15 @@ def last_sequences(run_ids: list[str]) -> dict[str, int]:
     return dict(rows)
 
 
-def kill_one(stack: procs.Stack, rng: random.Random, min_up_s: float) -> Kill | None:
+def kill_one(
+    stack: procs.Stack,
+    rng: random.Random,
+    min_up_s: float,
+    watch: Callable[[Kill], None] | None = None,
+) -> Kill | None:
     """SIGKILL one random listening worker (its process group) and restart it; None when no
-    worker listens (all are restarting)."""
+    worker listens (all are restarting). ``watch`` sees the kill before the restart (the dead
+    worker's leases still on the rows)."""
     # Only a worker that has listened for ``min_up_s``: one killed as soon as it listens
     # takes nothing from the queue, and on a slow machine the workers would spend the whole
     # soak starting up.
@@ -66,6 +72,8 @@ def kill_one(stack: procs.Stack, rng: random.Random, min_up_s: float) -> Kill | 
     # A run it held that is already settled (it committed the last step, then died before
     # releasing the lease) needs no recovery.
     kill.held = {r: s for r, s in last_sequences(held_before).items() if _active(r)}
+    if watch is not None:
+        watch(kill)
     procs.restart(stack, victim)
     return kill
 
@@ -77,12 +85,14 @@ def _active(run_id: str) -> bool:
     return m.Run.objects.filter(pk=run_id, status__in=ACTIVE_VALUES).exists()
 
 
-def recoveries(kills: list[Kill]) -> tuple[list[float], list[str]]:
-    """For each run a killed worker held: seconds from the kill to the run's next committed
-    trace event (another worker took it over and moved it on). Runs that never moved: lost."""
+def recoveries(kills: list[Kill]) -> tuple[dict[str, float], list[str]]:
+    """For each run a killed worker held (``<run id>@<kill time>``): seconds from the kill to
+    the run's next committed trace event (another worker took it over and moved it on). Runs
+    that never moved: lost."""
     from runs import models as m
 
-    times, lost = [], []
+    times: dict[str, float] = {}
+    lost: list[str] = []
     for kill in kills:
         for run_id, seq in kill.held.items():
             nxt = (
@@ -94,7 +104,7 @@ def recoveries(kills: list[Kill]) -> tuple[list[float], list[str]]:
             if nxt is None:
                 lost.append(f"{run_id} (held by {kill.worker} killed at {kill.at:.1f})")
             else:
-                times.append(max(0.0, nxt.timestamp() - kill.at))
+                times[f"{run_id}@{kill.at}"] = max(0.0, nxt.timestamp() - kill.at)
     return times, lost
 
 
@@ -107,6 +117,7 @@ def kill_phase(
     min_up_s: float,
     say: Callable[[str], None],
     status: Callable[[], str],
+    watch: Callable[[Kill], None] | None = None,
 ) -> list[Kill]:
     """``count`` kills at random intervals (uniform, mean ``seconds / count``)."""
     kills: list[Kill] = []
@@ -116,7 +127,7 @@ def kill_phase(
     next_report = time.monotonic() + 15
     while len(kills) < count and time.monotonic() < deadline:
         time.sleep(rng.uniform(0, 2 * mean))
-        kill = kill_one(stack, rng, min_up_s)
+        kill = kill_one(stack, rng, min_up_s, watch)
         if kill is not None:
             kills.append(kill)
         else:

@@ -37,6 +37,7 @@ from bench.harness import ROOT, percentile, private_database
 from soak import stack as procs
 from soak.kills import Kill, kill_phase, recoveries
 from soak.stack import SoakError
+from soak.timeline import Timeline
 from soak.traffic import POLL_S, Api, Approver, create_runs
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -206,7 +207,9 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             exits.callback(thread.join, 10)
             exits.callback(approver.stop.set)
 
-            progress = Progress(redis_url, queue)
+            progress = Progress(redis_url, queue, env["AGENTCONSOLE_CONTROL_QUEUE"])
+            timeline = Timeline(redis_url, (queue, env["AGENTCONSOLE_CONTROL_QUEUE"]))
+            timeline.start(exits)
             kills = kill_phase(
                 stack,
                 rng,
@@ -215,19 +218,21 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
                 min_up_s=cfg.min_up_s,
                 say=say,
                 status=progress,
+                watch=timeline.watch_kill,
             )
             say(f"{len(kills)} kills done; draining (up to {cfg.drain_s:.0f} s)")
             drained_s = drain(cfg, stack, list(runs), say, progress)
             approver.stop.set()
             thread.join(10)
-            outcome = conclude(cfg, stack, runs, kills, approver, out)
+            timeline.finish()
+            outcome = conclude(cfg, stack, runs, kills, approver, out, timeline)
             outcome.results.update(
                 elapsed_s=round(time.monotonic() - started, 1),
                 create_s=round(create_s, 1),
                 drain_s=round(drained_s, 1),
                 requests_per_web=list(api.requests.values()),
                 hold_ms=hold_ms,
-                queue_deepest=progress.deepest,
+                **progress.deepest_seen(),
             )
             return outcome
     finally:
@@ -246,6 +251,7 @@ def conclude(
     kills: list[Kill],
     approver: Approver,
     out: Path,
+    timeline: Timeline,
 ) -> Outcome:
     """Every check and the figures; run while the workers still live (their pids are the live
     ones the lease check compares with)."""
@@ -260,8 +266,10 @@ def conclude(
     results_checks.append(
         checks._check("no server error (5xx) from the web", approver.server_errors() + web_errors)
     )
-    results = summarize(cfg, runs, kills, times, duplicates, results_checks, approver)
+    spread = list(times.values())
+    results = summarize(cfg, runs, kills, spread, duplicates, results_checks, approver)
     results.update(
+        recovery_timelines=timeline.report(times),
         effects=len(effects),
         worker_restart_s=_spread([t for w in stack.workers for t in w.restart_s]),
     )
@@ -316,7 +324,9 @@ class Progress:
 
     redis_url: str
     queue: str
+    control: str
     deepest: int = 0
+    control_deepest: int = 0
 
     def __call__(self) -> str:
         import redis
@@ -327,12 +337,16 @@ class Progress:
         rows = m.Run.objects.values_list("status").annotate(n=Count("id")).values("status", "n")
         client = redis.Redis.from_url(self.redis_url)
         try:
-            depth = int(client.llen(self.queue))
+            depth, control = int(client.llen(self.queue)), int(client.llen(self.control))
         finally:
             client.close()
         self.deepest = max(self.deepest, depth)
+        self.control_deepest = max(self.control_deepest, control)
         runs = ", ".join(f"{r['status']}={r['n']}" for r in sorted(rows, key=str))
-        return f"{runs}; queue {depth}"
+        return f"{runs}; queue {depth}, control queue {control}"
+
+    def deepest_seen(self) -> dict[str, int]:
+        return {"queue_deepest": self.deepest, "control_queue_deepest": self.control_deepest}
 
 
 def summarize(

@@ -101,7 +101,8 @@ def start(
                  "-s", str(workdir / "celerybeat-schedule")]  # fmt: skip
     # The sweep on the control queue (AGENTCONSOLE_CONTROL_QUEUE, set in soak.run), which every
     # worker also consumes: on the runs' queue a sweep would wait behind the whole backlog, and
-    # so would every recovery it starts.
+    # so would every recovery it starts. Listed first, as env.queues declares it: a worker
+    # looks at its queues in this order (Redis, settings' queue_order_strategy).
     sweep_queue = env["AGENTCONSOLE_CONTROL_QUEUE"]
     beat = _Proc("beat", beat_argv, env)
     stack.callback(beat.stop)
@@ -109,7 +110,7 @@ def start(
     for i in range(workers):
         # The prefix names this soak's queue too: its Redis cleanup finds the workers' bindings.
         name = f"{prefix}-w{i + 1}"
-        argv = _worker_argv(name, [env["AGENTCONSOLE_QUEUE"], sweep_queue])
+        argv = _worker_argv(name, [sweep_queue, env["AGENTCONSOLE_QUEUE"]])
         proc = _Proc(name, argv, env)
         slots.append(Worker(name=name, argv=argv, env=env, proc=proc))
     result = Stack(web_ports=ports, workers=slots, beat=beat, webs=[p for _, p in started])

@@ -15,7 +15,13 @@ import pytest
 
 from runs import models as m
 from runs import services
-from runs.leases import HANDED_BACK, lease_acquire, lease_hand_back, lease_ttl
+from runs.leases import (
+    HANDED_BACK,
+    lease_acquire,
+    lease_hand_back,
+    lease_ttl,
+    release_dead_local,
+)
 from runs.sweeper import STALE_AFTER, sweep
 from tests.durable.durable_kit import create, final
 from tests.support.clock import FakeClock
@@ -146,3 +152,31 @@ def test_a_run_whose_worker_died_is_re_sent_as_soon_as_its_lease_lapses(sent):
     assert sweep(clock=clock).requeued == [run.run_id]
     assert sweep(clock=clock).requeued == []  # then the usual back-off
     assert sent == [(run.run_id, None)]
+
+
+def test_a_run_whose_dead_worker_a_restart_released_goes_to_the_recovery_queue_at_once(
+    monkeypatch,
+):
+    """A worker restarted on the same host releases its dead predecessor's leases
+    (``release_dead_local``) before they lapse. The run must still read as "its worker died":
+    sent on at the next sweep, on the recovery queue. (Cleared, the lease made the run look
+    merely idle: re-sent only once stale, 30 s after its last write, behind the whole backlog;
+    the soak saw such recoveries take 1-3 minutes.)"""
+    queues: dict[str, Any] = {}
+    monkeypatch.setattr(
+        services, "enqueue_advance", lambda run_id, **kw: queues.setdefault(run_id, kw["queue"])
+    )
+    clock = FakeClock()
+    run = create([final("user-1")], deadline_ms=3_600_000)
+    clock.set(_updated_ms(run.run_id))
+    dead = "host-a:4242:abc"
+    assert lease_acquire(run_id=run.run_id, owner=dead, clock=clock)
+    clock.advance(500)  # killed; its successor listens before the lease's TTL is up
+
+    assert release_dead_local(host="host-a", pid_alive=lambda pid: False, clock=clock) == [
+        run.run_id
+    ]
+    assert sweep(clock=clock, recovery_queue="runs-control").requeued == [run.run_id]
+    assert queues == {run.run_id: "runs-control"}
+    # Released once: a second start (or the stop) does not count it again.
+    assert release_dead_local(host="host-a", pid_alive=lambda pid: False, clock=clock) == []

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 import redis
 from django.db import connection
+from django.utils import timezone
 
 from agentconsole import heartbeat
 from runs import models as m
@@ -342,7 +343,13 @@ def _sigterm_leaves_nothing(stack: Stack) -> None:
     for name, process in stack.processes.items():
         _wait(lambda p=process: not group(p.pid), STOP_BOUND_S, f"{name} left processes")
         assert process.wait(5) in (0, -signal.SIGTERM, 143), (name, stack.log(name))
-    held = m.Run.objects.exclude(lease_owner=None).exclude(lease_owner__startswith=HANDED_BACK)
+    # Held: a worker's name on an unexpired lease (a dead process's lease lapses, its name kept
+    # for the sweeper: runs.leases.release_dead_local).
+    held = (
+        m.Run.objects.exclude(lease_owner=None)
+        .exclude(lease_owner__startswith=HANDED_BACK)
+        .filter(lease_expires_at__gte=timezone.now())
+    )
     assert not held.exists()
     # The pool processes were not killed by the group's SIGTERM (that killed a running task at
     # once, and left the main process waiting for a pool it no longer had); the main process

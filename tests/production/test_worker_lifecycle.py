@@ -26,7 +26,7 @@ DEAD_PID = 2**22 + 17  # above Linux's pid_max default: never a live process
 
 
 @pytest.mark.django_db
-def test_release_dead_local_frees_only_dead_processes_of_this_host() -> None:
+def test_release_dead_local_lapses_only_dead_processes_of_this_host() -> None:
     alice = make_user("alice", "user")
     later = timezone.now() + timedelta(minutes=5)
     owners = {
@@ -49,10 +49,15 @@ def test_release_dead_local_frees_only_dead_processes_of_this_host() -> None:
         assert release_dead_local(host="host-a") == [runs["dead"]]
     finally:
         lease_taken_over.disconnect(dispatch_uid="test-record")
-    held = dict(m.Run.objects.filter(pk__in=runs.values()).values_list("id", "lease_owner"))
-    assert held[runs["dead"]] is None
+    rows = m.Run.objects.filter(pk__in=runs.values()).values_list(
+        "id", "lease_owner", "lease_expires_at"
+    )
+    held = {run_id: (owner, expires) for run_id, owner, expires in rows}
+    # The dead process's lease has lapsed, its name kept: the sweeper sees a worker that died.
+    assert held[runs["dead"]][0] == owners["dead"]
+    assert held[runs["dead"]][1] < timezone.now()
     for name in ("alive", "other-host", "handed-back"):
-        assert held[runs[name]] == owners[name]
+        assert held[runs[name]] == (owners[name], later)
     assert sent == [[runs["dead"]]]
 
 
