@@ -20,7 +20,6 @@ preferences, one change pending).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +61,13 @@ def console_data(people: kit.People, settings: Any, tmp_path: Path) -> dict[str,
     kit.preference_set(people.alice.user, "citation_style", "footnote")
     change = kit.pending_change(people.alice.user)
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": "t"}
-    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [sys.executable]
+    server = stdio_server(tmp_path)
+    # The deployment allows exactly this server's whole command line (issue 21 item 13).
+    settings.AGENTCONSOLE_MCP_STDIO_COMMANDS = [server.argv]
     settings.AGENTCONSOLE_MCP_LIST_TIMEOUT_S = TIMEOUT_MS / 1000
     mcp_services.mcp_server_register(
-        spec=stdio_server(tmp_path).spec, by=None, lister=wiring.mcp_lister,
-        allowed_commands=[sys.executable],
-    )  # fmt: skip
+        spec=server.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[server.argv]
+    )
     return {"alice": [f"/preferences/changes/{change.pk}/"]}
 
 
