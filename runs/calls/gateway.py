@@ -277,8 +277,14 @@ class Gateway:
                 )
                 samples, self._latencies = self._latencies, []
                 await self._in_db(functools.partial(self._after_settle, owed, samples))
-            except Exception:  # the database is away: the leases lapse, the calls go again
-                log.exception("gateway: could not record %d attempt(s)", len(batch))
+            except Exception:
+                # The database is away. The answers stay here and are recorded once it is back:
+                # this gateway never claims its own calls again, so dropping them would leave
+                # the calls under its lease until it restarts.
+                log.exception("gateway: could not record %d attempt(s); retrying", len(batch))
+                await asyncio.sleep(1.0)
+                for result in batch:
+                    self._results.put_nowait(result)
             finally:
                 for _ in batch:
                     self._results.task_done()

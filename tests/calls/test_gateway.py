@@ -177,3 +177,26 @@ def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
             return
         done.wait(0.05)
     raise AssertionError("condition not met in time")
+
+
+def test_answers_the_database_refused_once_are_recorded_when_it_is_back(
+    endpoint: dict[str, Any], model: SlowModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway keeps an answer it could not record and records it later: it never claims
+    its own calls again, so a dropped answer would leave the call under its lease."""
+    run_id = _requested("a question")
+    real = records.settle
+    failures = [RuntimeError("database away")]
+
+    def settle(*args: Any, **kw: Any) -> list[str]:
+        if failures:
+            raise failures.pop()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(records, "settle", settle)
+
+    kit.drain(kit.gateway())
+
+    assert failures == []  # the first recording failed
+    assert kit.calls(run_id)[0].status == CallStatus.ANSWERED
+    assert model.total == 1  # recorded from memory, not asked again
