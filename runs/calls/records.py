@@ -26,7 +26,7 @@ from django.db.models.functions import RowNumber
 
 from policy import sqlbatch
 from runs.calls.models import CallAttempt, ModelCall
-from runs.domain.calls import OPEN, SETTLED, CallStatus
+from runs.domain.calls import OPEN, CallStatus
 
 SENDING = CallStatus.SENDING.value
 QUEUED = CallStatus.QUEUED.value
@@ -240,12 +240,6 @@ def fail_unknown_endpoints(*, known: Iterable[str], now: datetime) -> list[str]:
     )
 
 
-def next_due(now: datetime) -> datetime | None:
-    """When the earliest queued call becomes due (None: nothing queued)."""
-    found = ModelCall.objects.filter(status=QUEUED).order_by("not_before").first()
-    return None if found is None else found.not_before
-
-
 def counts_by_endpoint() -> dict[tuple[str, str], int]:
     """Open calls by (endpoint, status): the metrics' calls in flight and queued."""
     rows = (
@@ -254,14 +248,3 @@ def counts_by_endpoint() -> dict[tuple[str, str], int]:
         .annotate(n=Count("id"))
     )
     return {(endpoint, status): n for endpoint, status, n in rows}
-
-
-def settled_unconsumed() -> Q:
-    """Runs owed a worker: a call answered or failed for good that no step took yet (the
-    gateway's message was lost, or the worker died before its commit). For the sweeper."""
-    return Q(model_calls__status__in=[s.value for s in SETTLED])
-
-
-def waiting_on_call() -> Q:
-    """Runs waiting on an open call: the gateway owes them an answer, no worker is missing."""
-    return Q(model_calls__status__in=[s.value for s in OPEN])
