@@ -25,7 +25,7 @@ import resource
 import sys
 import time
 import uuid
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 import httpx
 import openai
@@ -140,7 +140,8 @@ async def main_async(n: int, base_url: str, database_url: str, pool_size: int) -
     async with AsyncConnectionPool(
         database_url, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
     ) as pool:
-        saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+        # The saver is annotated for a pool of plain connections; dict rows work the same.
+        saver = AsyncPostgresSaver(cast(Any, pool))
         await saver.setup()
         agent = Agent(client, pool)
         graph = StateGraph(State)
