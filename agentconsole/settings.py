@@ -159,6 +159,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = env.postgres_pool()
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
+# HTTP requests in Django at once per web process; the rest wait (agentconsole/admission.py).
+WEB_MAX_REQUESTS, WEB_QUEUE_TIMEOUT_S = env.web_admission()
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
