@@ -82,8 +82,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
-    # request.htmx and the HX-* response helpers for the console's partial updates.
-    "django_htmx",
     # The project package: system checks only (agentconsole/checks.py), no models.
     "agentconsole.apps.AgentconsoleConfig",
     "policy",
@@ -105,7 +103,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
 ]
 CONTENT_SECURITY_POLICY = csp_policy.CONTENT_SECURITY_POLICY  # issue 21 item 10 (csp_policy.py)
 
