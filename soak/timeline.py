@@ -5,7 +5,9 @@ A thread polls the held runs' rows (``POLL_S``) from the kill until the run move
 the first time each lease transition was seen, with the broker's queues at that moment:
 
 * ``lapse``: the dead worker's ``lease_expires_at`` (read right after the kill);
-* ``released``: the lease became free (a restarted worker's ``release_dead_local``);
+* ``lapsed``: the lease was lapsed before that, its owner kept (a worker's reaper on this host
+  found the process dead: ``runs.leases.release_dead_local``);
+* ``released``: the lease became free (no owner);
 * ``resent``: the sweeper reserved the run for a re-send (``queued:resent-…``), the reservation's
   hold, and where its message is: which queue and how many messages are ahead of it;
 * ``picked``: a worker's lease on the run (``host:pid:nonce``), and which of the run's queued
@@ -148,10 +150,13 @@ class Timeline:
 
     def _step(self, w: Watched, row: dict[str, Any]) -> None:
         owner = row["lease_owner"]
+        expires = row["lease_expires_at"]
         if owner is None and "picked" not in w.events:
             w.note("released")
+        elif owner == w.dead_owner and expires and w.lapse_at is not None:
+            if expires.timestamp() - w.kill_at < w.lapse_at - 0.05:
+                w.note("lapsed")
         elif owner and owner.startswith(RESENT) and "resent" not in w.events:
-            expires = row["lease_expires_at"]
             hold = round(expires.timestamp() - time.time(), 1) if expires else None
             w.events.setdefault("_messages", self.where(w.run_id))
             w.note("resent", hold_s=hold, messages=w.events["_messages"])
