@@ -128,8 +128,11 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
     if not _forget_registered:
         os.register_at_fork(after_in_child=forget_inherited_pools)
         _forget_registered = True
-    _reaper = Reaper(queue=recovery_queue(), interval_s=settings.AGENTCONSOLE_REAP_INTERVAL_S)
-    _reaper.start()
+    if settings.AGENTCONSOLE_REAP_INTERVAL_S > 0:
+        _reaper = Reaper(queue=recovery_queue(), interval_s=settings.AGENTCONSOLE_REAP_INTERVAL_S)
+        _reaper.start()
+    else:  # off: a predecessor's runs still lapse at once; the sweep sends them on
+        _release()
     name = getattr(sender, "hostname", None) or "worker"
     _beating = heartbeat.HeartbeatThread(
         name=str(name),
