@@ -318,6 +318,10 @@ else:
 
 # How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).
 AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"))
+# How often a worker's main process looks for runs held by dead processes of its host and sends
+# them on (agentconsole/worker_lifecycle.py); 0: never (the lease TTL and the sweep, as for a
+# worker that died on another host).
+AGENTCONSOLE_REAP_INTERVAL_S = float(os.environ.get("AGENTCONSOLE_REAP_INTERVAL_S", "1"))
 
 # Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
 AGENTCONSOLE_TOOLS: list[str] = _env_list("AGENTCONSOLE_TOOLS")
