@@ -111,6 +111,7 @@ def forget_inherited_pools() -> None:
     Runs before any of the child's own code, whatever the order of Celery's signal handlers.
     """
     try:
+        # import here: psycopg may be absent (SQLite only), and then there is no pool
         from django.db.backends.postgresql.base import DatabaseWrapper
     except ImportError:  # no psycopg installed: no pool to inherit (SQLite)
         return
