@@ -20,6 +20,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
+from runs.domain.trace_chain import link_events
 
 
 class _Lookups:
@@ -94,7 +95,10 @@ class InMemoryRunStore:
         with self._lock:
             self._check(commit)
             seq = state.trace_seq
-            for draft in commit.events:
+            links, head = link_events(run_id, state.trace_head, commit.events)
+            for draft, link in zip(
+                commit.events, links or [None] * len(commit.events), strict=True
+            ):
                 seq += 1
                 self.events[run_id].append(
                     {
@@ -102,9 +106,11 @@ class InMemoryRunStore:
                         "event": draft.event,
                         "proposal_id": draft.proposal_id,
                         "details": dict(draft.details),
+                        "content_digest": link and link.content_digest,
+                        "chain_digest": link and link.chain_digest,
                     }
                 )
-            state = state.model_copy(update={"trace_seq": seq}, deep=True)
+            state = state.model_copy(update={"trace_seq": seq, "trace_head": head}, deep=True)
             for obs in commit.observations:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)
