@@ -51,7 +51,7 @@ def test_golden_event_digest_is_the_c2_text_of_what_it_says():
 
 def test_golden_links():
     assert trace_link(GENESIS, EVENT_DIGEST) == FIRST_LINK
-    assert FIRST_LINK == _sha(f'{{"content":"{EVENT_DIGEST}","previous":""}}')
+    assert _sha(f'{{"content":"{EVENT_DIGEST}","previous":""}}') == FIRST_LINK
     assert trace_link(FIRST_LINK, STOPPED_DIGEST) == SECOND_LINK
 
 
@@ -172,7 +172,7 @@ def _erase(rows: list[Row], sequences: list[int], by: str = "alice") -> tuple[li
     out = []
     for r in rows:
         if r.sequence in sequences:
-            details = {k: "[erased:hmac-sha256:0011223344556677]" for k in r.details}
+            details = dict.fromkeys(r.details, "[erased:hmac-sha256:0011223344556677]")
             digest = trace_event_digest(RUN, r.event, r.proposal_id, details)
             r = dataclasses.replace(r, details=details, erased_digest=digest)
         out.append(r)
@@ -183,9 +183,7 @@ def _erase(rows: list[Row], sequences: list[int], by: str = "alice") -> tuple[li
     [link], head = link_events(RUN, previous, [ev.TraceDraft(ev.RUN_VALUES_ERASED, None, details)])
     assert head is not None
     n = len(out) + 1
-    out.append(
-        Row(n, ev.RUN_VALUES_ERASED, None, details, link.content_digest, link.chain_digest)
-    )
+    out.append(Row(n, ev.RUN_VALUES_ERASED, None, details, link.content_digest, link.chain_digest))
     return out, head
 
 
