@@ -71,7 +71,7 @@ def _events(commit: Commit, at: At) -> list[Write]:
     if not commit.events:
         return []
     scheme = TRACE_SCHEME if at.links else None
-    links = at.links or [None] * len(commit.events)
+    links: Sequence[Link | None] = at.links or [None] * len(commit.events)
     return [
         sqlbatch.insert(
             [
@@ -81,8 +81,8 @@ def _events(commit: Commit, at: At) -> list[Write]:
                     event=d.event,
                     proposal_id=d.proposal_id,
                     details=d.details,
-                    content_digest=link and link.content_digest,
-                    chain_digest=link and link.chain_digest,
+                    content_digest=link.content_digest if link else None,
+                    chain_digest=link.chain_digest if link else None,
                     hash_scheme=scheme,
                 )
                 for i, (d, link) in enumerate(zip(commit.events, links, strict=True))

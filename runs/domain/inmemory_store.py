@@ -20,7 +20,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
-from runs.domain.trace_chain import link_events
+from runs.domain.trace_chain import Link, link_events
 
 
 class _Lookups:
@@ -96,9 +96,8 @@ class InMemoryRunStore:
             self._check(commit)
             seq = state.trace_seq
             links, head = link_events(run_id, state.trace_head, commit.events)
-            for draft, link in zip(
-                commit.events, links or [None] * len(commit.events), strict=True
-            ):
+            linked: Sequence[Link | None] = links or [None] * len(commit.events)
+            for draft, link in zip(commit.events, linked, strict=True):
                 seq += 1
                 self.events[run_id].append(
                     {
@@ -106,8 +105,8 @@ class InMemoryRunStore:
                         "event": draft.event,
                         "proposal_id": draft.proposal_id,
                         "details": dict(draft.details),
-                        "content_digest": link and link.content_digest,
-                        "chain_digest": link and link.chain_digest,
+                        "content_digest": link.content_digest if link else None,
+                        "chain_digest": link.chain_digest if link else None,
                     }
                 )
             state = state.model_copy(update={"trace_seq": seq, "trace_head": head}, deep=True)

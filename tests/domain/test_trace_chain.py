@@ -8,9 +8,12 @@ import hashlib
 from typing import Any
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from policy.domain.canonical import (
     TRACE_SCHEME,
+    content_hash,
     trace_erase_seal,
     trace_event_digest,
     trace_link,
@@ -53,6 +56,17 @@ def test_golden_links():
     assert trace_link(GENESIS, EVENT_DIGEST) == FIRST_LINK
     assert _sha(f'{{"content":"{EVENT_DIGEST}","previous":""}}') == FIRST_LINK
     assert trace_link(FIRST_LINK, STOPPED_DIGEST) == SECOND_LINK
+
+
+@given(
+    st.text(alphabet="0123456789abcdef", max_size=64) | st.text(max_size=70),
+    st.text(alphabet="0123456789abcdef", max_size=64) | st.text(max_size=70),
+)
+def test_the_link_shortcut_is_the_canonical_hash(previous, content):
+    assume(all(not 0xD800 <= ord(ch) <= 0xDFFF for ch in previous + content))
+    assert trace_link(previous, content) == content_hash(
+        {"content": content, "previous": previous}, "c2"
+    )
 
 
 def test_golden_erase_seal():
