@@ -24,7 +24,9 @@ from runs import selectors
 from runs.domain.handoff import HandoffStatus
 from runs.domain.machine import TERMINAL, Status
 from runs.domain.timeline import StepGroup, build_timeline
+from runs.domain.trace_chain import Verdict
 from runs.models import WRITE_FIELDS
+from runs.trace_checks import trace_verify
 
 PAGE_SIZE = 50
 # The detail renders at most this many trace events (the latest); the API pages the rest.
@@ -200,6 +202,8 @@ class RunDetail:
     now_ms: int
     finished: bool
     may_cancel: bool
+    # Whether the trace's hash chain verifies (runs.trace_checks): read whole, once per view.
+    trace_check: Verdict
 
     @property
     def citations(self) -> list[tuple[str, bool]]:
@@ -259,8 +263,9 @@ def may_cancel(*, user: Any, run: m.Run) -> bool:
 
 
 def run_detail(*, user: Any, run_id: str) -> RunDetail:
-    """Everything the run detail shows, in six queries whatever the run's length: the run, its
-    trace, observations, ledger, artifacts and open handoff (no per-row query)."""
+    """Everything the run detail shows, in seven queries whatever the run's length: the run, its
+    trace, observations, ledger, artifacts, open handoff and the whole trace's chain check (no
+    per-row query; the check reads every event once, streamed)."""
     run = selectors.access_run(user=user, run_id=run_id)
     events, hidden = _trace(run)
     now_ms = int(time.time() * 1000)
@@ -289,4 +294,5 @@ def run_detail(*, user: Any, run_id: str) -> RunDetail:
         now_ms=now_ms,
         finished=run.status in TERMINAL,
         may_cancel=may_cancel(user=user, run=run),
+        trace_check=trace_verify(run=run),
     )

@@ -11,7 +11,10 @@ erasing subject's rows are touched.
 Each copy becomes a tag (``policy.domain.redaction.ValueEraser``); the stored hashes stay as they
 were (proposal hash, arguments hash, content hash, idempotency token), so the audit still shows
 that a record existed and what its hash was. Re-hashing tombstoned content does not give the
-stored hash back: that is by design, the content it was computed from no longer exists.
+stored hash back: that is by design, the content it was computed from no longer exists. The
+trace's hash chain is built on such kept digests: an erased event also gets the digest of its
+rewritten details (``erased_digest``), and the erase's own ``run.values-erased`` event seals
+the list of them, so the chain still verifies (``runs.domain.trace_chain``).
 
 Out of scope: files a tool wrote under the run-output root (artifact rows keep their hash; the
 files are the deployment's storage), ids a planner chose (``erasure_places.NOT_REWRITTEN``),
@@ -27,6 +30,7 @@ from typing import Any
 
 from django.db import models, transaction
 
+from policy.domain.canonical import trace_erase_seal, trace_event_digest
 from policy.domain.redaction import ValueEraser
 from runs import erasure_places as places
 from runs import models as m
@@ -93,7 +97,8 @@ def _erase_run(
                 if not changed and not touched:
                     return  # nothing of the erased values in this run: leave it alone
                 commit = Commit(expected_version=state.version, state=state)
-                commit.events.append(ev.TraceDraft(ev.RUN_VALUES_ERASED, None, {"by": by[:150]}))
+                details = {"by": by[:150], **_seal(run_id, chained=state.trace_head is not None)}
+                commit.events.append(ev.TraceDraft(ev.RUN_VALUES_ERASED, None, details))
                 commit.state.version += 1
                 store.apply(commit)
                 # In the same transaction, under the row lock the apply took: the state it wrote
@@ -123,12 +128,41 @@ def _erased(model: type[models.Model], row: dict[str, Any], eraser: ValueEraser)
     return changed
 
 
+def _seal(run_id: str, *, chained: bool) -> dict[str, Any]:
+    """The erase event's seal over every event of the run an erase rewrote (this one and any
+    before it: an event rewritten twice is sealed with its latest digest), so the chain still
+    verifies and an edit dressed as an erase does not (``runs.domain.trace_chain``)."""
+    if not chained:
+        return {}
+    erased = m.TraceEvent.objects.filter(run_id=run_id, erased_digest__isnull=False)
+    pairs = list(erased.order_by("sequence").values_list("sequence", "erased_digest"))
+    return {"erased_events": len(pairs), "seal": trace_erase_seal(pairs)}
+
+
+# A trace event's erased details get the digest of what they now say, beside the content digest
+# its chain was built on (which stays).
+_TRACE_COLUMNS = ("event", "proposal_id", "hash_scheme")
+
+
+def _erased_digest(row: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+    if row["hash_scheme"] is None:
+        return {}  # an event of a run from before the chain
+    digest = trace_event_digest(
+        row["run_id"], row["event"], row["proposal_id"], changed["details"], row["hash_scheme"]
+    )
+    return {"erased_digest": digest}
+
+
 def _erase_rows(rows: Any, place: places.Place, eraser: ValueEraser) -> set[str]:
     """Erase ``place``'s columns in ``rows``; the ids of the runs whose rows changed."""
     touched = set()
     run = place.run or "pk"
-    for row in rows.values("pk", run, *place.columns).iterator():
+    trace = place.model is m.TraceEvent
+    extra = _TRACE_COLUMNS if trace else ()
+    for row in rows.values("pk", run, *place.columns, *extra).iterator():
         changed = _erased(place.model, {c: row[c] for c in place.columns}, eraser)
+        if changed and trace:
+            changed.update(_erased_digest(row, changed))
         if changed:
             models.QuerySet(model=place.model).filter(pk=row["pk"]).update(**changed)
             if place.run is not None:

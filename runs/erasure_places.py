@@ -158,6 +158,13 @@ NOT_REWRITTEN: dict[str, str] = {
     "runs.Run.lease_owner": "the worker holding the run",
     "runs.TraceEvent.event": _CODE,
     "runs.TraceEvent.proposal_id": _PLANNER_ID,
+    # The hash chain (runs.domain.trace_chain): the erase keeps the digests the chain was built
+    # on and records erased_digest itself (runs.erasure).
+    "runs.TraceEvent.content_digest": _HASH,
+    "runs.TraceEvent.chain_digest": _HASH,
+    "runs.TraceEvent.erased_digest": _HASH,
+    "runs.TraceEvent.hash_scheme": _HASH,
+    "runs.Run.trace_head": _HASH,
     "runs.Observation.observation_id": _ID,
     "runs.Observation.kind": _CODE,
     "runs.Observation.trust": _CODE,

@@ -66,6 +66,9 @@ class Run(models.Model):
     knowledge_version = models.PositiveIntegerField(default=0)
     unresolved_effects = models.PositiveIntegerField(default=0)
     trace_seq = models.PositiveIntegerField(default=0)
+    # The chain digest of the last trace event (runs.domain.trace_chain); "" before the first.
+    # NULL: a run from before migration 0014_trace_chain, whose events carry no digests.
+    trace_head = models.CharField(max_length=64, null=True, default="")
     observation_seq = models.PositiveIntegerField(default=0)
     # Model tokens (issue 12): the budget, and what the planner steps spent (may pass the budget
     # by the one step that crossed it; that step is not acted on).
@@ -177,6 +180,13 @@ class TraceEvent(models.Model):
     proposal_id = models.CharField(max_length=128, null=True, blank=True)
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The hash chain (runs.domain.trace_chain, scheme in ``hash_scheme``): what the event said
+    # when written, and that bound to the event before it. NULL on events of runs from before
+    # migration 0014_trace_chain. ``erased_digest``: the content as an erase left it.
+    content_digest = models.CharField(max_length=64, null=True)
+    chain_digest = models.CharField(max_length=64, null=True)
+    erased_digest = models.CharField(max_length=64, null=True)
+    hash_scheme = models.CharField(max_length=8, null=True)
 
     objects = TraceEventQuerySet.as_manager()
 

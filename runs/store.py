@@ -11,6 +11,7 @@ not grow with the run's length.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -40,6 +41,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
+from runs.domain.trace_chain import link_events
 from runs.rows import (
     run_read,
     state_fields,
@@ -235,7 +237,11 @@ class OrmRunStore:
         run_id = state.run_id
         first_seq = state.trace_seq + 1
         last_seq = state.trace_seq + len(commit.events)
-        state = state.model_copy(update={"trace_seq": last_seq})
+        # Linked from the head the commit was decided on: the compare-and-set below makes it
+        # the run's current head, or writes nothing (runs.domain.trace_chain).
+        links, head = link_events(run_id, state.trace_head, commit.events)
+        state = state.model_copy(update={"trace_seq": last_seq, "trace_head": head})
+        at = At(run_id, state, first_seq, decided_by, links=links)
         after = writes_after(commit)
         ring = None
         if commit.events and self.on_commit_events is not None:
@@ -247,13 +253,13 @@ class OrmRunStore:
         try:
             if after or connection.in_atomic_block:
                 with transaction.atomic():
-                    self._apply(commit, state, first_seq, decided_by)
+                    self._apply(commit, at)
                     if ring is not None:
                         transaction.on_commit(ring)
             else:
                 # Nothing to write after the batch, and no caller's transaction to join: the
                 # batch is the transaction, BEGIN to COMMIT in one round trip.
-                _, writes = self._writes(commit, state, first_seq, decided_by)
+                _, writes = self._writes(commit, at)
                 _check(sqlbatch.transaction(writes), writes, run_id)
                 if ring is not None:
                     ring()
@@ -272,28 +278,25 @@ class OrmRunStore:
         _inputs.last = inputs_after(commit, state, self._inputs(run_id, commit.expected_version))
         return state
 
-    def _writes(
-        self, commit: Commit, state: RunState, first_seq: int, decided_by: Any
-    ) -> tuple[At, list[Write]]:
+    def _writes(self, commit: Commit, at: At) -> tuple[At, list[Write]]:
         # The run's compare-and-set first (a second writer of this run waits for its row lock,
         # then matches no row), then the batched parts (``runs.writers``).
-        working: Sequence[WorkingItem] = ()
         if commit.working_items:
-            kept = self._inputs(state.run_id, commit.expected_version)
+            kept = self._inputs(at.run_id, commit.expected_version)
             # Read before the compare-and-set: a commit landing after this read moves the
             # version, and the compare-and-set then matches no row.
-            working = kept.working if kept is not None else working_items(state.run_id)
-        at = At(state.run_id, state, first_seq, decided_by, working)
-        writes = [run_write(commit, state, self.lease_owner)]
+            working = kept.working if kept is not None else working_items(at.run_id)
+            at = dataclasses.replace(at, working=working)
+        writes = [run_write(commit, at.state, self.lease_owner)]
         for part in BATCHED:
             writes.extend(part(commit, at))
         return at, writes
 
-    def _apply(self, commit: Commit, state: RunState, first_seq: int, decided_by: Any) -> None:
+    def _apply(self, commit: Commit, at: At) -> None:
         # In the caller's transaction: the batch in one round trip, its row counts checked, then
         # each part that needs the database's answer.
-        at, writes = self._writes(commit, state, first_seq, decided_by)
-        _check(sqlbatch.run(writes), writes, state.run_id)
+        at, writes = self._writes(commit, at)
+        _check(sqlbatch.run(writes), writes, at.run_id)
         for write in AFTER:
             write(commit, at)
 

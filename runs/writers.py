@@ -23,6 +23,7 @@ from memory.domain.working import WorkingItem, admit
 from memory.models import WorkingMemoryItem
 from policy import services as policy_services
 from policy import sqlbatch
+from policy.domain.canonical import TRACE_SCHEME
 from policy.sqlbatch import Write
 from runs import models as m
 from runs.calls.models import ModelCall
@@ -31,6 +32,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import VersionConflict
 from runs.domain.handoff import build_handoff_bundle
 from runs.domain.state import RunState
+from runs.domain.trace_chain import Link
 from runs.rows import state_fields
 
 HANDOFF_OBSERVATIONS = 5
@@ -46,6 +48,9 @@ class At:
     first_seq: int
     decided_by: Any
     working: Sequence[WorkingItem] = ()
+    # The events' hash-chain links (runs.domain.trace_chain), one per event; none when the
+    # run is not chained.
+    links: Sequence[Link] = ()
 
 
 def run_write(commit: Commit, state: RunState, lease_owner: str | None) -> Write:
@@ -65,6 +70,8 @@ RUN_MOVED = "run changed since it was read"
 def _events(commit: Commit, at: At) -> list[Write]:
     if not commit.events:
         return []
+    scheme = TRACE_SCHEME if at.links else None
+    links: Sequence[Link | None] = at.links or [None] * len(commit.events)
     return [
         sqlbatch.insert(
             [
@@ -74,8 +81,11 @@ def _events(commit: Commit, at: At) -> list[Write]:
                     event=d.event,
                     proposal_id=d.proposal_id,
                     details=d.details,
+                    content_digest=link.content_digest if link else None,
+                    chain_digest=link.chain_digest if link else None,
+                    hash_scheme=scheme,
                 )
-                for i, d in enumerate(commit.events)
+                for i, (d, link) in enumerate(zip(commit.events, links, strict=True))
             ]
         )
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 import rfc8785
@@ -224,3 +225,52 @@ def mcp_tool_pin(listing: Any, scheme: str = HASH_SCHEME) -> str:
     return content_hash(
         {"mcpTool": {k: fields[k] for k in MCP_PIN_FIELDS if fields.get(k) is not None}}, scheme
     )
+
+
+# -- the trace's hash chain (issue 23 item 5) -------------------------------------------------
+
+TRACE_SCHEME = "t1"
+"""The chain scheme stored beside each trace event's digests (``runs.TraceEvent.hash_scheme``).
+
+``t1``: an event's content digest is the c2 hash of ``{run, event, proposal_id, details}``; its
+chain digest is the c2 hash of ``{content, previous}``, ``previous`` being the chain digest of
+the event before it (``""`` for the first). The sequence number is not in the content: an
+event's place is what the chain says, so a row moved to another place reads as moved, not as
+edited. An erase's seal is the c2 hash of ``{erased: [[sequence, erased digest], ...]}``."""
+
+TRACE_SCHEMES = ("t1",)
+
+
+def _trace_scheme(scheme: str) -> str:
+    if scheme not in TRACE_SCHEMES:
+        raise CanonicalError(f"unknown trace scheme {scheme!r}", code="UNKNOWN_HASH_SCHEME")
+    return "c2"
+
+
+def trace_event_digest(
+    run_id: str, event: str, proposal_id: str | None, details: Any, scheme: str = TRACE_SCHEME
+) -> str:
+    """The content digest of one trace event: what it says, not where it stands."""
+    content = {"run": run_id, "event": event, "proposal_id": proposal_id, "details": details}
+    return content_hash(content, _trace_scheme(scheme))
+
+
+_HEX = re.compile(r"[0-9a-f]*")
+
+
+def trace_link(previous: str, content_digest: str, scheme: str = TRACE_SCHEME) -> str:
+    """The chain digest of an event: its content digest bound to the chain digest before it.
+
+    Two hex strings (what the chain stores) are their own canonical JSON text, so the object's
+    text is written directly (pinned against ``content_hash`` by a golden and a property test);
+    anything else (a stored value someone rewrote) goes the long way."""
+    c2 = _trace_scheme(scheme)
+    if _HEX.fullmatch(previous) and _HEX.fullmatch(content_digest):
+        return sha256_hex(f'{{"content":"{content_digest}","previous":"{previous}"}}')
+    return content_hash({"content": content_digest, "previous": previous}, c2)
+
+
+def trace_erase_seal(erased: Any, scheme: str = TRACE_SCHEME) -> str:
+    """What an erase commits to: each rewritten event's sequence and the digest of its content
+    as the erase left it, in sequence order (``[[sequence, digest], ...]``)."""
+    return content_hash({"erased": [[s, d] for s, d in erased]}, _trace_scheme(scheme))

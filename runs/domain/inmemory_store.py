@@ -20,6 +20,7 @@ from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
+from runs.domain.trace_chain import Link, link_events
 
 
 class _Lookups:
@@ -94,7 +95,9 @@ class InMemoryRunStore:
         with self._lock:
             self._check(commit)
             seq = state.trace_seq
-            for draft in commit.events:
+            links, head = link_events(run_id, state.trace_head, commit.events)
+            linked: Sequence[Link | None] = links or [None] * len(commit.events)
+            for draft, link in zip(commit.events, linked, strict=True):
                 seq += 1
                 self.events[run_id].append(
                     {
@@ -102,9 +105,11 @@ class InMemoryRunStore:
                         "event": draft.event,
                         "proposal_id": draft.proposal_id,
                         "details": dict(draft.details),
+                        "content_digest": link.content_digest if link else None,
+                        "chain_digest": link.chain_digest if link else None,
                     }
                 )
-            state = state.model_copy(update={"trace_seq": seq}, deep=True)
+            state = state.model_copy(update={"trace_seq": seq, "trace_head": head}, deep=True)
             for obs in commit.observations:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)

@@ -38,6 +38,9 @@ class RunState(BaseModel):
     knowledge_version: int = 0
     unresolved_effects: int = 0
     trace_seq: int = 0
+    # The chain digest of the run's last trace event (runs.domain.trace_chain): "" before the
+    # first, None for a run from before the chain (its events carry no digests).
+    trace_head: str | None = ""
     observation_seq: int = 0
     # Model tokens spent by the run's planner steps, against its ``max_tokens`` budget.
     max_tokens: int = DEFAULT_MAX_TOKENS

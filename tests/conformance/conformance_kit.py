@@ -35,6 +35,7 @@ from runs.domain.planning import FixturePlanner, PlannerContext
 from runs.domain.ports import RunStore
 from runs.domain.settle import settle
 from runs.domain.state import RunState
+from runs.domain.trace_chain import Row
 from tests.support.planner import tool_call
 
 NOW_MS = 1_700_000_000_000
@@ -136,6 +137,15 @@ class MemoryAdapter:
     def events(self, run_id: str) -> list[tuple[int, str]]:
         return [(e["sequence"], e["event"]) for e in self.store.events[run_id]]
 
+    def chain(self, run_id: str) -> list[Row]:
+        return [
+            Row(
+                e["sequence"], e["event"], e["proposal_id"], e["details"], e["content_digest"],
+                e["chain_digest"],
+            )
+            for e in self.store.events[run_id]
+        ]  # fmt: skip
+
     def ledger(self, run_id: str) -> dict[str, tuple[str, int]]:
         return {
             token: (row["status"], row["attempt"])
@@ -163,6 +173,13 @@ class OrmAdapter:
             .order_by("sequence")
             .values_list("sequence", "event")
         )
+
+    def chain(self, run_id: str) -> list[Row]:
+        from runs.models import TraceEvent
+        from runs.trace_checks import ROW_COLUMNS
+
+        rows = TraceEvent.objects.filter(run_id=run_id).order_by("sequence")
+        return [Row(*r) for r in rows.values_list(*ROW_COLUMNS)]
 
     def ledger(self, run_id: str) -> dict[str, tuple[str, int]]:
         from runs.models import LedgerEntry

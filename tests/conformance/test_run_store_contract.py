@@ -25,6 +25,7 @@ from runs.domain import lifecycle
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status
+from runs.domain.trace_chain import GENESIS, verify
 from tests.conformance.conformance_kit import (
     SUBJECT,
     Driver,
@@ -106,6 +107,20 @@ def test_apply_bumps_the_version_and_numbers_the_trace_contiguously(adapter: Any
         assert adapter.events(d.run_id) == list(enumerate(names, start=1))
 
     assert d.load().status is Status.COMPLETED
+
+
+def test_each_commit_extends_the_trace_chain_from_the_runs_head(adapter: Any) -> None:
+    """issue 23 item 5: every commit links its events after the head of the state it was
+    decided on; the run's head is its last event's chain digest and the chain verifies."""
+    d = make_run(adapter, [read("p1", "retry"), final("Three.", ["tool-1"])])
+    assert d.load().trace_head == GENESIS
+    for build in (lambda: lifecycle.start(d.load()), d.plan):
+        before = d.load()
+        applied = d.apply(build())
+        rows = adapter.chain(d.run_id)
+        assert rows[-1].chain_digest == applied.trace_head != before.trace_head
+        verdict = verify(d.run_id, applied.trace_head, applied.trace_seq, rows)
+        assert (verdict.status, verdict.events) == ("verified", applied.trace_seq)
 
 
 def _stale_intent(d: Driver) -> tuple[Commit, Commit]:

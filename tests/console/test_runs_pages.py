@@ -354,3 +354,25 @@ def test_cancel_needs_post_and_a_short_reason(alice: Any) -> None:
     assert response.status_code == 400
     assert error_code(response) == "VALIDATION_ERROR"
     assert m.Run.objects.get(pk=run_id).status == "created"
+
+
+def test_the_detail_says_whether_the_trace_verifies(alice: Any) -> None:
+    """issue 23 item 5: the page checks the run's hash chain when it loads: verified, broken
+    at the first broken link (here an event deleted past the application), or not chained (a
+    run from before the chain: no head)."""
+    verified, broken, old = created_run(alice), created_run(alice), created_run(alice)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM runs_traceevent WHERE run_id = %s AND sequence = 1", [broken])
+    m.Run.objects.filter(pk=old).update(trace_head=None)
+    client = client_for(alice)
+
+    def chain(run_id: str) -> str:
+        page = client.get(f"/runs/{run_id}/").content.decode()
+        return re.search(r"<p class=\"trace-chain\"[^>]*>.*?</p>", page, re.S).group(0)
+
+    assert 'data-trace-chain="verified"' in chain(verified)
+    assert "Trace verifies" in chain(verified)
+    assert 'data-trace-chain="broken" data-broken-at="1"' in chain(broken)
+    assert "Trace broken at event 1" in chain(broken)
+    assert "event 1 is missing" in chain(broken)
+    assert 'data-trace-chain="not-chained"' in chain(old)

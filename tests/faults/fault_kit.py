@@ -28,6 +28,7 @@ from runs import services
 from runs.domain.machine import TERMINAL
 from runs.scenarios import Scenario, parse_scenario
 from runs.sweeper import sweep
+from runs.trace_checks import trace_verify
 from tests.plugins.effect_log import read_store
 from tests.support.workers import BASE_DIR, Cluster
 from tests.support.workers import cluster as worker_cluster
@@ -143,6 +144,8 @@ def assert_consistent(run: m.Run) -> None:
     trace = events(run.pk)
     assert [seq for seq, _, _ in trace] == list(range(1, len(trace) + 1)), where
     assert run.trace_seq == len(trace), where
+    # issue 23 item 5: crashes, restarts, a second worker and the sweeper leave one chain.
+    assert trace_verify(run=run).status == "verified", f"{trace_verify(run=run).text}: {where}"
     started = [d for _, name, d in trace if name == "tool.started"]
     assert len(started) == len(ledger), f"one tool.started per ledger row: {where}"
     assert len({row.idempotency_token for row in ledger}) == len(ledger), where

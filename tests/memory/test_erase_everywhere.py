@@ -28,6 +28,7 @@ from runs import erasure_places, selectors
 from runs import models as m
 from runs.domain import lifecycle
 from runs.domain.errors import VersionConflict
+from runs.trace_checks import trace_verify
 from tests.memory import erase_kit as kit
 from tests.memory.erase_kit import CURRENT, ERASED
 from tests.support.db_scan import Hit, scan
@@ -108,7 +109,15 @@ def test_an_erase_leaves_the_values_in_no_table_but_another_subjects(users) -> N
     user_request = m.Observation.objects.get(run_id=done, observation_id="user-1")
     assert content_hash(user_request.content) != user_request.content_hash
     erased_events = m.TraceEvent.objects.filter(run_id=done, event="run.values-erased")
-    assert [e.details for e in erased_events] == [{"by": "alice"}]
+    assert [(e.details["by"], e.details["erased_events"] > 0) for e in erased_events] == [
+        ("alice", True)
+    ]
+    # issue 23 item 5: her traces were rewritten, and their hash chains still verify (the
+    # chain runs over the content digests the erase kept; its seal covers what it rewrote).
+    rewritten = m.TraceEvent.objects.filter(run_id__in=alice.run_ids, erased_digest__isnull=False)
+    assert rewritten.exists()
+    verdicts = {r.pk: trace_verify(run=r).text for r in m.Run.objects.filter(subject="alice")}
+    assert all(v.startswith("trace verifies") for v in verdicts.values()), verdicts
 
 
 def _assert_api_shows_no_value(alice: kit.Alice, operator: Any) -> None:
@@ -165,6 +174,12 @@ def _hashes(run_id: str) -> dict[str, Any]:
         ),
         "confirmations": list(
             Confirmation.objects.filter(run_id=run_id).values_list("pk", "proposal_hash")
+        ),
+        "trace": list(
+            m.TraceEvent.objects.filter(run_id=run_id)
+            .exclude(event="run.values-erased")  # the erase's own event is new
+            .order_by("sequence")
+            .values_list("sequence", "content_digest", "chain_digest")
         ),
     }
 
