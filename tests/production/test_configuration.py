@@ -1,5 +1,5 @@
 """Production configuration (issue 14 item 1): `check --deploy` is clean with the documented
-environment (the README's env block) and still refuses what it must: the documented settings
+environment (docs/deploy.md) and still refuses what it must: the documented settings
 left out, and an account with its demo password (agentconsole.E001).
 
 Each check runs in a fresh process (settings are read from the environment once, at import)

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from agentconsole import wiring
 from tests.support.planner import tool_call
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "tools.md"  # "Add your own tool"
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "wordcount.py"
 
 

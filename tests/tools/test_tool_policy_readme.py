@@ -21,8 +21,7 @@ from tests.plugins import tracker
 from tests.support.planner import tool_call
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
-SECTION = README.split("## Tool policy reference", 1)[1].split("\n## ", 1)[0]
+SECTION = (ROOT / "docs" / "tool-policy.md").read_text()
 
 
 def _blocks(kind: str) -> list[str]:
