@@ -355,6 +355,9 @@ AGENTCONSOLE_MCP_SECRETS: dict[str, str] = env.json_dict("AGENTCONSOLE_MCP_SECRE
 AGENTCONSOLE_MCP_STDIO_COMMANDS: tuple[tuple[str, ...], ...] = env.mcp_stdio_commands()
 # How long listing a server's tools (register, refresh) may take.
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
+# Where AGENTCONSOLE_MODEL_CALLS is "gateway", the gateway makes the MCP tool calls runs wait on
+# (issue 22 item 4): at most this many at once per MCP server, over every gateway process.
+AGENTCONSOLE_MCP_MAX_IN_FLIGHT = int(os.environ.get("AGENTCONSOLE_MCP_MAX_IN_FLIGHT", "16"))
 
 # Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of

@@ -37,10 +37,11 @@ from policy.domain.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_policy, tool_facts
 from policy.mcp import selectors as mcp_selectors
-from policy.mcp.client import call_tool, list_tools
+from policy.mcp.client import call_tool, call_tool_async, list_tools
 from runs import tasks
 from runs.calls import doorbell as calls_doorbell
 from runs.calls.gateway import Gateway
+from runs.calls.tools import Tools as GatewayTools
 from runs.context import RunsContext
 from runs.domain import model_planning
 from runs.domain.clock import SYSTEM_CLOCK, Clock
@@ -139,7 +140,9 @@ class _Registry:
         with self._lock:
             try:
                 mcp = mcp_selectors.mcp_contracts(
-                    call=call_tool, allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS
+                    call=call_tool,
+                    acall=call_tool_async,
+                    allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
                 )
                 fresh = ToolRegistry(static + tuple(mcp))
             except RegistryError as exc:
@@ -282,6 +285,17 @@ def gateway(clock: Clock = SYSTEM_CLOCK) -> Gateway:
         clock=clock,
         observe=observe_model_latency,
         doorbell=calls_doorbell.listen,
+        tools=gateway_tools,
+    )
+
+
+def gateway_tools() -> GatewayTools:
+    """The gateway's tools: the registry (the MCP tools accepted now) and their secrets."""
+    tools = registry()
+    return GatewayTools(
+        registry=tools,
+        secrets=mcp_selectors.mcp_secrets_for(tools, settings.AGENTCONSOLE_MCP_SECRETS),
+        max_in_flight=settings.AGENTCONSOLE_MCP_MAX_IN_FLIGHT,
     )
 
 

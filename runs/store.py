@@ -37,7 +37,7 @@ from policy.selectors import (
 from policy.sqlbatch import Write
 from runs import models as m
 from runs.calls.models import ModelCall
-from runs.domain.calls import CallRecord, CallStatus, call_id
+from runs.domain.calls import CallRecord, CallStatus, call_id, tool_call_id
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -125,7 +125,7 @@ class OrmRunStore:
     ) -> None:
         # Called after commit with (run_id, last_sequence): the realtime doorbell.
         self.on_commit_events = on_commit_events
-        # Called after a commit that recorded a model request: the gateway's doorbell.
+        # Called after a commit that recorded a model or tool call: the gateway's doorbell.
         self.on_call_requested = on_call_requested
         # When set, every write also requires that this worker still holds the run's lease.
         self.lease_owner = lease_owner
@@ -232,7 +232,8 @@ class OrmRunStore:
             # The realtime doorbell: rung only once the commit is durable (never a phantom).
             queues = after or commit.expire_pending_confirmations
             ring = functools.partial(self.on_commit_events, run_id, last_seq, queues_changed=queues)
-        if commit.model_request is not None and self.on_call_requested is not None:
+        requested = commit.model_request is not None or commit.tool_request is not None
+        if requested and self.on_call_requested is not None:
             ring = _both(ring, self.on_call_requested)
         try:
             if after or connection.in_atomic_block:
@@ -327,19 +328,11 @@ class OrmRunStore:
 
     def model_call(self, run_id: str, step: int) -> CallRecord | None:
         """The model call recorded for the run's ``step``, if any (one indexed row)."""
-        found = _rows(ModelCall, CALL_COLUMNS, {"id": call_id(run_id, step)})
-        if not found:
-            return None
-        v = dict(zip(CALL_COLUMNS, found[0], strict=True))
-        return CallRecord(
-            call_id=v["id"],
-            status=CallStatus(v["status"]),
-            hints=v["hints"] or {},
-            summary=v["summary"] or {},
-            reply=v["reply"],
-            failure=v["failure"],
-            attempts=v["attempts"],
-        )
+        return _call(call_id(run_id, step))
+
+    def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
+        """The gateway's call of a command's attempt, if any (one indexed row)."""
+        return _call(tool_call_id(run_id, token, attempt))
 
     def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
@@ -360,7 +353,24 @@ def _both(first: Any, then: Any) -> Any:
     return ring
 
 
-CALL_COLUMNS = ("id", "status", "hints", "summary", "reply", "failure", "attempts")
+CALL_COLUMNS = ("id", "status", "hints", "summary", "reply", "failure", "attempts", "sent_at")
+
+
+def _call(cid: str) -> CallRecord | None:
+    found = _rows(ModelCall, CALL_COLUMNS, {"id": cid})
+    if not found:
+        return None
+    v = dict(zip(CALL_COLUMNS, found[0], strict=True))
+    return CallRecord(
+        call_id=v["id"],
+        status=CallStatus(v["status"]),
+        hints=v["hints"] or {},
+        summary=v["summary"] or {},
+        reply=v["reply"],
+        failure=v["failure"],
+        attempts=v["attempts"],
+        sent=v["sent_at"] is not None,
+    )
 
 
 def _check(ran: sqlbatch.Ran, writes: Sequence[Write], run_id: str) -> None:

@@ -1,11 +1,14 @@
-"""The gateway: one asyncio process that makes the model calls runs wait on (issue 22).
+"""The gateway: one asyncio process that makes the calls runs wait on (issue 22): model calls,
+and the calls of tools that only wait (MCP tools, ``runs.calls.tools``).
 
 Workers record requests (``runs.domain.calls``); the gateway sends them, thousands in flight in
 one process, and hands each answered run back to the workers. Its loop:
 
-1. Claim due calls, per endpoint within its limit of calls in flight, subjects in turn
-   (``records.claim``: a compare-and-set under a lease, one attempt recorded per send).
-2. Send each in a task of its own (``endpoints.send``); a task holds no database connection.
+1. Claim due calls, per model endpoint or MCP server within its limit of calls in flight,
+   subjects in turn (``records.claim``: a compare-and-set under a lease, one attempt recorded
+   per send).
+2. Send each in a task of its own (``endpoints.send``, ``tools.make``); a task holds no
+   database connection.
 3. A writer records finished attempts in batches (``records.settle``: the reply before anything
    acts on it), then sends the runs owed a worker back to the queue.
 4. A renewer extends the leases of the calls in flight and cancels the ones no longer ours (the
@@ -33,6 +36,8 @@ from django.db import close_old_connections, connections
 
 from runs.calls import endpoints as ep
 from runs.calls import records
+from runs.calls import tools as tool_calls
+from runs.calls.tools import Tools
 from runs.domain import model_planning as mp
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.planners.openai_planner import ModelEndpoint
@@ -64,6 +69,7 @@ class Gateway:
         observe: Observe | None = None,
         client_for: Callable[[ModelEndpoint], Any] = ep.client_for,
         doorbell: Callable[[asyncio.Event], Coroutine[Any, Any, None]] | None = None,
+        tools: Callable[[], Tools] | None = None,
     ) -> None:
         self.endpoints = dict(endpoints)
         self.owner = owner
@@ -73,6 +79,10 @@ class Gateway:
         self.clock = clock
         self.observe = observe
         self.doorbell = doorbell
+        # The tools it calls (issue 22 item 4), read again each round calls are claimed (an
+        # operator's acceptance reaches the next call). None: model calls only.
+        self.tools = tools
+        self._tool_set: Tools | None = None
         self._clients = {name: client_for(e) for name, e in self.endpoints.items()}
         # One thread, so one database connection for the whole process however many calls
         # wait; each database round is a short transaction (a claim, a batch of answers).
@@ -165,6 +175,19 @@ class Gateway:
                 lease=self.lease,
                 batch=CLAIM_BATCH,
             )
+        lanes = records.due_lanes(kind=records.TOOL, now=now) if self.tools else []
+        if lanes and self.tools is not None:
+            self._tool_set = tool_set = self.tools()
+            for lane in lanes:  # one MCP server each
+                out += records.claim(
+                    kind=records.TOOL,
+                    endpoint=lane,
+                    limit=tool_set.max_in_flight,
+                    owner=self.owner,
+                    now=now,
+                    lease=self.lease,
+                    batch=CLAIM_BATCH,
+                )
         return out
 
     async def _shutdown(self, shutdown_s: float) -> None:
@@ -181,8 +204,15 @@ class Gateway:
     # --- one call --------------------------------------------------------------------------------
 
     async def _send(self, c: records.Claimed) -> None:
-        endpoint = self.endpoints[c.endpoint]
         try:
+            if c.kind == records.TOOL:
+                mark = functools.partial(self._mark_sent, c)
+                result = await tool_calls.make(
+                    c, tools=self._tool_set, now_ms=self.clock.now_ms, mark_sent=mark
+                )
+                self._results.put_nowait(result)
+                return
+            endpoint = self.endpoints[c.endpoint]
             left_s = (c.deadline_ms - self.clock.now_ms()) / 1000
             if left_s <= 0:
                 failure = mp.CallFailure(mp.PLANNER_TIMEOUT, retryable=False)
@@ -247,6 +277,13 @@ class Gateway:
             http_status=sent.status,
             latency_ms=latency_ms,
         )
+
+    async def _mark_sent(self, c: records.Claimed) -> bool:
+        now = as_datetime(self.clock.now_ms())
+        mark = functools.partial(
+            records.mark_sent, owner=self.owner, call_id=c.call_id, attempt=c.attempt, now=now
+        )
+        return await self._in_db(mark)
 
     @staticmethod
     def _failed(

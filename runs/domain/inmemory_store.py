@@ -15,7 +15,15 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
-from runs.domain.calls import OPEN, SETTLED, CallRecord, CallStatus, ModelRequest, call_id
+from runs.domain.calls import (
+    OPEN,
+    SETTLED,
+    CallRecord,
+    CallStatus,
+    ModelRequest,
+    call_id,
+    tool_call_id,
+)
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -161,6 +169,16 @@ class InMemoryRunStore:
                 "failure": None,
                 "attempts": 0,
             }
+        if commit.tool_request is not None:
+            cid, tool = commit.tool_request
+            self.calls[cid] = {
+                "run_id": run_id,
+                "request": tool,
+                "status": CallStatus.QUEUED,
+                "reply": None,
+                "failure": None,
+                "attempts": 0,
+            }
         if commit.consume_call is not None:
             self.calls[commit.consume_call]["status"] = CallStatus.CONSUMED
         if commit.abandon_calls:
@@ -186,19 +204,27 @@ class InMemoryRunStore:
             return True
 
     def model_call(self, run_id: str, step: int) -> CallRecord | None:
+        return self._call(call_id(run_id, step))
+
+    def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
+        return self._call(tool_call_id(run_id, token, attempt))
+
+    def _call(self, cid: str) -> CallRecord | None:
         with self._lock:
-            call = self.calls.get(call_id(run_id, step))
+            call = self.calls.get(cid)
             if call is None:
                 return None
-            request: ModelRequest = call["request"]
+            request = call["request"]
+            model = isinstance(request, ModelRequest)
             return CallRecord(
-                call_id=call_id(run_id, step),
+                call_id=cid,
                 status=call["status"],
-                hints=dict(request.hints),
-                summary=dict(request.summary),
+                hints=dict(request.hints) if model else {},
+                summary=dict(request.summary) if model else {},
                 reply=call["reply"],
                 failure=call["failure"],
                 attempts=call["attempts"],
+                sent=call.get("sent", False),
             )
 
     def _write_confirmations(self, commit: Commit) -> None:
@@ -261,6 +287,8 @@ class InMemoryRunStore:
                 raise IntegrityViolation("a confirmation is already pending", run_id=run_id)
         if commit.model_request is not None and commit.model_request[0] in self.calls:
             raise IntegrityViolation("a model call is already recorded", run_id=run_id)
+        if commit.tool_request is not None and commit.tool_request[0] in self.calls:
+            raise IntegrityViolation("a tool call is already recorded", run_id=run_id)
         if commit.consume_call is not None:
             call = self.calls.get(commit.consume_call)
             if call is None or call["status"] not in SETTLED:

@@ -22,7 +22,7 @@ from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
-from runs.domain import lifecycle
+from runs.domain import lifecycle, tool_waits
 from runs.domain import telemetry as tel
 from runs.domain.calls import OPEN, SETTLED, call_id
 from runs.domain.clock import Clock, SystemClock
@@ -153,9 +153,11 @@ class Runner:
                 look_for_orphan = False
                 orphan = self.store.started_command(run_id)
                 if orphan is not None:
-                    # Intent committed, outcome never did: a worker died mid-tool. Settle that
+                    # Intent committed, outcome never did: the gateway makes its call (the run
+                    # waits, or takes the outcome), or a worker died mid-tool. Settle that
                     # command first, with its own token; never plan past an unknown effect.
-                    self._recover(state, *orphan)
+                    if tool_waits.take(self, state, *orphan):
+                        return state  # its call is the gateway's: this worker lets go
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
                 self.sliced = True
@@ -188,8 +190,8 @@ class Runner:
                     return self._integrity_stop(state, exc)
                 if stepping:
                     tel.describe_step(self.telemetry, step_span, commit, state=state)
-                if commit.model_request is not None:
-                    return applied  # the run waits for its model; this worker lets go
+                if commit.model_request is not None or commit.tool_request is not None:
+                    return applied  # the run waits for its call; this worker lets go
                 if commit.command is not None:
                     self._execute(applied, commit.command)
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
@@ -252,6 +254,7 @@ class Runner:
                 tokens=tokens,
             )
             commit.consume_call = consume
+            commit.tool_request = tool_waits.deferred(self, commit)
             if self.telemetry.enabled:
                 span.set(tel.decision_attributes(commit, self.registry))
         return commit
@@ -449,7 +452,12 @@ class Runner:
         raise VersionConflict("run too busy to record", run_id=run_id)
 
     def _settle(
-        self, run_id: str, command: ExecutableCommand, contract: ToolContract, execution: Execution
+        self,
+        run_id: str,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        execution: Execution,
+        consume: str | None = None,
     ) -> None:
         current = self.store.load(run_id, inputs=True)
         if current.status is Status.RUNNING and self.clock.now_ms() >= current.deadline_ms:
@@ -457,7 +465,7 @@ class Runner:
             current = self._apply_fresh(run_id, lifecycle.deadline_during_tool)
 
         def build(cur: RunState) -> Commit:
-            return settle(
+            commit = settle(
                 cur,
                 command,
                 execution.outcome,
@@ -468,5 +476,7 @@ class Runner:
                 duration_ms=execution.duration_ms,
                 lookups=self.store.lookups(run_id),
             )
+            commit.consume_call = consume  # the gateway's call whose outcome this is
+            return commit
 
         self._apply_fresh(run_id, build, first=current)
