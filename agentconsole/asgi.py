@@ -10,7 +10,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from agentconsole.admission import Admission  # noqa: E402
 from agentconsole.demo_passwords import refuse_demo_passwords  # noqa: E402
 from agentconsole.routing import websocket_urlpatterns  # noqa: E402
 from agentconsole.ws_auth import TokenOrSessionAuth  # noqa: E402
@@ -22,7 +24,10 @@ refuse_demo_passwords("the web process (ASGI)")
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # A burst of requests waits on the event loop, not in a thread each (admission.py).
+        "http": Admission(
+            django_asgi_app, limit=settings.WEB_MAX_REQUESTS, wait_s=settings.WEB_QUEUE_TIMEOUT_S
+        ),
         # Session sockets must come from an allowed Origin (no cross-site hijacking); token
         # sockets (scripts) need no Origin. See agentconsole/ws_auth.py.
         "websocket": TokenOrSessionAuth(URLRouter(websocket_urlpatterns)),

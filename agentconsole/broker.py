@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import uuid
 from time import monotonic
+from typing import Any
 
+from kombu.exceptions import ChannelError
 from kombu.transport import TRANSPORT_ALIASES, filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
@@ -20,7 +22,9 @@ ALIAS = "agentfs"
 
 
 class AtomicChannel(filesystem.Channel):
-    def _put(self, queue: str, payload: dict, **kwargs: object) -> None:
+    # kombu's filesystem Channel renames the virtual base's `message` to `payload` (its own stub
+    # ignores that override too): no signature matches both bases, so we keep kombu's.
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         # Starts with a dot and ends in .part: never '<anything>.<queue>.msg' to a reader.
@@ -34,7 +38,7 @@ class AtomicChannel(filesystem.Channel):
         except OSError as exc:
             if os.path.exists(partial):
                 os.unlink(partial)
-            raise filesystem.ChannelError(f"Cannot add file {final!r} to directory") from exc
+            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
 
 
 class AtomicFilesystemTransport(filesystem.Transport):

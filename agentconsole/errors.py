@@ -19,6 +19,7 @@ from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
+from django.utils.safestring import SafeString
 from django.views.debug import ExceptionReporter
 
 logger = logging.getLogger("agentconsole.errors")
@@ -115,11 +116,14 @@ class QuietExceptionReporter(ExceptionReporter):
     """DEFAULT_EXCEPTION_REPORTER. With DEBUG=1 Django answers an exception (and a suspicious
     request, as a 400) with this reporter's page; the traceback goes to the log instead."""
 
-    def get_traceback_html(self) -> str:
-        return "<!doctype html><title>Error</title><h1>Error</h1><p>See the server log.</p>\n"
+    # SafeString like Django's own: a constant page, nothing from the request in it.
+    def get_traceback_html(self) -> SafeString:
+        return SafeString(
+            "<!doctype html><title>Error</title><h1>Error</h1><p>See the server log.</p>\n"
+        )
 
-    def get_traceback_text(self) -> str:
-        return "Error: see the server log.\n"
+    def get_traceback_text(self) -> SafeString:
+        return SafeString("Error: see the server log.\n")
 
 
 # --- the middleware --------------------------------------------------------------------------

@@ -82,8 +82,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
-    # request.htmx and the HX-* response helpers for the console's partial updates.
-    "django_htmx",
     # The project package: system checks only (agentconsole/checks.py), no models.
     "agentconsole.apps.AgentconsoleConfig",
     "policy",
@@ -105,7 +103,6 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
 ]
 CONTENT_SECURITY_POLICY = csp_policy.CONTENT_SECURITY_POLICY  # issue 21 item 10 (csp_policy.py)
 
@@ -158,6 +155,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # up under ASGI); Celery closes it in each prefork child. Checked before use.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = env.postgres_pool()
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+# HTTP requests in Django at once per web process; the rest wait (agentconsole/admission.py).
+WEB_MAX_REQUESTS, WEB_QUEUE_TIMEOUT_S = env.web_admission()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -223,6 +223,7 @@ SPECTACULAR_SETTINGS = {
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if REDIS_URL:
     _layer = "channels_redis.core.RedisChannelLayer"
     CHANNEL_LAYERS = {"default": {"BACKEND": _layer, "CONFIG": {"hosts": [REDIS_URL]}}}
@@ -369,7 +370,7 @@ AGENTCONSOLE_OTEL, AGENTCONSOLE_OTEL_ENDPOINT, AGENTCONSOLE_OTEL_SERVICE_NAME = 
 
 # --- Logging ----------------------------------------------------------------------------------
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
@@ -492,7 +493,7 @@ AGENTCONSOLE_METRICS_TOKEN = os.environ.get("AGENTCONSOLE_METRICS_TOKEN", "")
 # is on) where known (agentconsole/logs.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 LOGGING["filters"] = {"run_context": {"()": "agentconsole.logs.RunContextFilter"}}
-LOGGING["formatters"]["json"] = {"()": "agentconsole.logs.JsonFormatter"}  # type: ignore[index]
-LOGGING["handlers"]["console"]["filters"] = ["run_context"]  # type: ignore[index]
+LOGGING["formatters"]["json"] = {"()": "agentconsole.logs.JsonFormatter"}
+LOGGING["handlers"]["console"]["filters"] = ["run_context"]
 if LOG_FORMAT == "json":
-    LOGGING["handlers"]["console"]["formatter"] = "json"  # type: ignore[index]
+    LOGGING["handlers"]["console"]["formatter"] = "json"

@@ -109,7 +109,7 @@ def _waiting_samples(tag: str, owner: Any, n: int) -> list[dict[str, Any]]:
             if grant["capability"] == "memory:write":
                 grant["resource_scope"] = subject  # the run's own subject, as in the file
             grants.append(grant)
-        state = services.run_create(
+        created = services.run_create(
             subject=subject,
             goal=scenario.goal,
             budgets=budgets,
@@ -117,7 +117,7 @@ def _waiting_samples(tag: str, owner: Any, n: int) -> list[dict[str, Any]]:
             planner={"kind": "fixture", "outputs": scenario.planner},
             owner=owner,
         )
-        state = services.run_advance(run_id=state.run_id)
+        state = services.run_advance(run_id=created.run_id)
         if state is None or state.status is not Status.WAITING_CONFIRMATION:
             raise RuntimeError(f"s15 run did not wait for a confirmation: {state}")
         pending = selectors.confirmation_get(confirmation_id=state.pending_confirmation_id)

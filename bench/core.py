@@ -115,14 +115,21 @@ def bench_gate(ctx: Context, *, reps: int = REPS, seconds: float = 1.0) -> dict[
     """Parse + evaluate over a realistic mix, one core, validators compiled once."""
     from agentconsole import wiring
     from policy.domain.gate import evaluate
-    from policy.domain.proposals import parse_planner_output
+    from policy.domain.proposals import ActionProposal, parse_planner_output
+
+    def parse(raw: dict[str, Any]) -> ActionProposal:
+        # The mix holds tool calls only: a final answer never reaches the gate.
+        proposal = parse_planner_output(raw)
+        if not isinstance(proposal, ActionProposal):
+            raise TypeError(f"the gate's mix holds a final answer: {raw}")
+        return proposal
 
     registry = wiring.registry()
     run, grants, confirmations, mix = _gate_inputs()
     kinds = [
         type(
             evaluate(
-                parse_planner_output(m),
+                parse(m),
                 run=run,
                 grants=grants,
                 confirmations=confirmations,
@@ -138,7 +145,7 @@ def bench_gate(ctx: Context, *, reps: int = REPS, seconds: float = 1.0) -> dict[
         while time.perf_counter() - start < seconds:
             for raw in mix:
                 evaluate(
-                    parse_planner_output(raw),
+                    parse(raw),
                     run=run,
                     grants=grants,
                     confirmations=confirmations,

@@ -27,10 +27,12 @@ def _run_inserter(owner: Any) -> Callable[[list[dict[str, Any]]], None]:
     from runs import models as m
 
     fields = list(m.Run._meta.concrete_fields)
+    # Every one of them: Django calls a field concrete when it has a column.
+    columns = [f.column for f in fields if f.column is not None]
     quote = connection.ops.quote_name
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         quote(m.Run._meta.db_table),
-        ", ".join(quote(f.column) for f in fields),
+        ", ".join(quote(c) for c in columns),
         ", ".join(["%s"] * len(fields)),
     )
     now = timezone.now()

@@ -209,11 +209,14 @@ def _private_broker(ctx: Context) -> Iterator[dict[str, str]]:
         (folder / sub).mkdir()
 
     def reset() -> None:
-        # Celery caches the connection pool and producer pool on first use.
-        if app._pool is not None:
-            app._pool.force_close_all()
-        app._pool = None
-        app.amqp._producer_pool = None
+        # Celery caches the connection pool and producer pool on first use and has no public
+        # way to drop them (app.close() also deregisters the app); celery-types does not
+        # declare these private attributes.
+        pool = app._pool  # type: ignore[attr-defined]
+        if pool is not None:
+            pool.force_close_all()
+        app._pool = None  # type: ignore[attr-defined]
+        app.amqp._producer_pool = None  # type: ignore[attr-defined]
 
     saved = app.conf.broker_transport_options
     app.conf.broker_transport_options = options
@@ -241,6 +244,7 @@ def forget_queue(url: str, tag: str) -> None:
                     client.srem(key, member)
         # Expiry entries of exchanges that no longer have any binding (ours were the last).
         for exchange in client.zrange("_kombu.binding_deadlines", 0, -1):
+            exchange = _bytes(exchange)
             if not client.exists(b"_kombu.binding." + exchange):
                 client.zrem("_kombu.binding_deadlines", exchange)
         # Messages a killed worker had taken but not acknowledged (acks_late): kombu would put
@@ -251,6 +255,13 @@ def forget_queue(url: str, tag: str) -> None:
                 client.zrem("unacked_index", delivery)
     finally:
         client.close()
+
+
+def _bytes(reply: object) -> bytes:
+    """A reply of a client without decode_responses: redis-py types it for either setting."""
+    if not isinstance(reply, bytes):
+        raise TypeError(f"a Redis reply of type {type(reply).__name__}, not bytes")
+    return reply
 
 
 def _redis_cleanup(ctx: Context, tag: str, run_ids: Collection[str] = ()) -> None:
@@ -276,10 +287,13 @@ def _redis_cleanup(ctx: Context, tag: str, run_ids: Collection[str] = ()) -> Non
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     try:
         if run_ids and client.type("celery") == b"list":
-            for message in client.lrange("celery", 0, -1):
+            for reply in client.lrange("celery", 0, -1):
+                message = _bytes(reply)
                 text = message.decode("utf-8", "replace")
                 if any(r in text for r in run_ids):
-                    client.lrem("celery", 0, message)
+                    # redis-py types lrem's value as str; it sends bytes as they are (the
+                    # exact message, which a decode with "replace" might not give back).
+                    client.lrem("celery", 0, message)  # type: ignore[arg-type]
     finally:
         client.close()
 

@@ -44,6 +44,7 @@ def _advance(
     from agentconsole import wiring
     from runs.doorbell import ring_after_commit
     from runs.leases import lease_acquire, lease_release, new_owner
+    from runs.store import OrmRunStore
 
     def on_commit(rid: str, seq: int, *, queues_changed: bool = False) -> None:
         # Runs right after COMMIT returned (transaction.on_commit), before the doorbell.
@@ -60,6 +61,9 @@ def _advance(
             return
         try:
             runner = wiring.runner(owner)
+            # The hook is the ORM store's (the port knows no doorbell): time it there.
+            if not isinstance(runner.store, OrmRunStore):
+                raise TypeError(f"the runner's store is a {type(runner.store).__name__}")
             runner.store.on_commit_events = on_commit
             runner.advance(run_id)
         finally:

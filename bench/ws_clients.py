@@ -129,8 +129,10 @@ def _ws_clients_main() -> int:
                         opened = True
                         gate.release()
                         sockets.append(ws)
-                        async for raw in ws:
+                        async for data in ws:
                             t = time.time()
+                            # The console sends text frames; a binary one is still JSON text.
+                            raw = data if isinstance(data, str) else data.decode()
                             frames.append((i, raw, t))
                             if '"replayed"' not in raw:
                                 events[0] += 1

@@ -9,8 +9,8 @@ values. A subject's records are read and changed only by that subject (or an adm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -308,7 +308,21 @@ def preferences_list(*, subject: str, by: Any) -> list[PreferenceRecord]:
     return list(PreferenceRecord.objects.filter(subject=subject).order_by("key"))
 
 
-def preference_history(*, subject: str, by: Any, key: str | None = None) -> list[dict[str, Any]]:
+class HistoryEntry(TypedDict):
+    """One line of a key's audit trail, as the history API and the export give it."""
+
+    key: str
+    value: str | None  # None after an erasure
+    version: int
+    action: str
+    confirmation_id: str | None
+    run_id: str | None
+    actor: str
+    reason: str
+    created_at: datetime
+
+
+def preference_history(*, subject: str, by: Any, key: str | None = None) -> list[HistoryEntry]:
     check_owner(subject=subject, by=by)
     rows = PreferenceHistory.objects.filter(subject=subject)
     if key is not None:
@@ -383,7 +397,9 @@ def preferences_erase(*, subject: str, by: Any, ctx: RunsContext | None = None) 
 
 
 def _values_of(subject: str, records: list[PreferenceRecord]) -> set[str]:
-    values = {r.value for r in records}
+    # Nulls and non-strings (an erased history value, a result without a value) are dropped
+    # at the end.
+    values: set[object] = {r.value for r in records}
     values |= set(
         PreferenceHistory.objects.filter(subject=subject, value__isnull=False).values_list(
             "value", flat=True

@@ -315,7 +315,11 @@ def _select(
     names = ", ".join(quote(f.column) for f in fields)
     sql = f"SELECT {names} FROM {quote(meta.db_table)} WHERE {_where_sql(meta, where)}"  # noqa: S608 -- names from the model
     if order_by:
-        sql += " ORDER BY " + ", ".join(quote(meta.get_field(c).column) for c in order_by)
+        # "-name": descending, as in Django's order_by.
+        sql += " ORDER BY " + ", ".join(
+            quote(meta.get_field(c.lstrip("-")).column) + (" DESC" if c.startswith("-") else "")
+            for c in order_by
+        )
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return sql, tuple(_decoder(f) for f in fields)
@@ -330,7 +334,8 @@ def select(
     limit: int | None = None,
 ) -> Read:
     """``SELECT columns FROM model's table WHERE where [ORDER BY …] [LIMIT …]``: a list or tuple
-    value in ``where`` is ``IN`` (never empty), any other an equality."""
+    value in ``where`` is ``IN`` (never empty), any other an equality; ``order_by`` names
+    fields, "-name" descending."""
     db = _db()
     shape = (db.vendor, model, tuple(columns), _shape(where), tuple(order_by), limit)
     sql, decoders = _select(*shape)

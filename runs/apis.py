@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, Throttled
@@ -31,6 +32,7 @@ from runs.domain.budgets import (
     MAX_TOKENS_CEILING,
     RunBudgets,
 )
+from runs.domain.machine import Status
 from runs.domain.writes import OUTCOME_FLAGS
 from runs.limits import LimitError
 
@@ -44,7 +46,7 @@ class RunCursor(CursorPagination):
     max_page_size = MAX_PAGE
 
 
-def _page(view: APIView, request: Request, qs: Any, serializer: type) -> Response:
+def _page(view: APIView, request: Request, qs: QuerySet[m.Run], serializer: type) -> Response:
     paginator = RunCursor()
     page = paginator.paginate_queryset(qs, request, view=view)
     return paginator.get_paginated_response(serializer(page, many=True).data)
@@ -226,9 +228,7 @@ def _run_create(request: Request, data: dict[str, Any], subject: str) -> Any:
 
 
 class _Filters(serializers.Serializer):
-    status = serializers.ChoiceField(
-        choices=[c[0] for c in m.Run._meta.get_field("status").choices], required=False
-    )
+    status = serializers.ChoiceField(choices=[s.value for s in Status], required=False)
     subject = serializers.CharField(max_length=128, required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)

@@ -24,6 +24,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from kombu import Queue
 
 from agentconsole.celery import app
 from memory.models import PreferenceRecord
@@ -308,7 +309,7 @@ def _purge(queue: str) -> None:
     """Messages left by an earlier, interrupted lab run would only delay this one."""
     with app.connection_for_write() as conn:
         try:
-            conn.default_channel.queue_purge(queue)
+            Queue(queue, channel=conn.default_channel).purge()
         except Exception:
             return
 

@@ -140,7 +140,7 @@ def handoff_resolve(
             # The run's write summary counts it as the reviewer found it (runs.domain.writes).
             recount = (row.status, str(outcome["effect"]))
     with transaction.atomic():
-        if new_status is not None:
+        if row is not None and new_status is not None:  # an effect action settles the row
             n = m.LedgerEntry.objects.filter(pk=row.pk, status=row.status).update(
                 status=new_status,
                 verification={"by": actor_name(by), "reason": reason[:256], **result},
@@ -248,8 +248,8 @@ def _effect_action(
         raise HandoffError("the retry did not settle the effect", code="HANDOFF_RETRY_UNKNOWN")
     # Unreachable: resolution_refusal refused "compensate" for a tool without compensate().
     assert contract.compensate is not None  # noqa: S101
-    ctx = executor.context(command, contract, state, CancelSignal())
-    outcome = contract.compensate(dict(command.validated_arguments), ctx)
+    tool_ctx = executor.context(command, contract, state, CancelSignal())
+    outcome = contract.compensate(dict(command.validated_arguments), tool_ctx)
     if outcome.status is not OutcomeStatus.SUCCEEDED:
         raise HandoffError("compensation failed", code="COMPENSATION_FAILED")
     return LedgerStatus.RECONCILED, {"effect": "compensated"}

@@ -77,7 +77,8 @@ class Run(models.Model):
     # never reads a profile edited later. {} (every run from before issue 12): contract modes.
     tool_policy = models.JSONField(default=dict, blank=True)
     # How the run's writes ended (runs.domain.writes), counted in the commits of its steps.
-    # NULL: a run from before migration 0011, never counted (its counts would be partial).
+    # NULL: a run from before migration 0012_run_outcome, never counted (its counts would be
+    # partial).
     writes_succeeded = models.PositiveIntegerField(null=True, default=0)
     writes_rejected = models.PositiveIntegerField(null=True, default=0)
     writes_failed = models.PositiveIntegerField(null=True, default=0)
@@ -150,7 +151,8 @@ class Run(models.Model):
 
 class TraceEventQuerySet(models.QuerySet):
     """Inserts only. Every way a queryset can change or remove a row raises; a database trigger
-    (migration 0005) refuses a rewrite of an event's identity even to raw SQL."""
+    (migration 0007_trace_append_only_trigger) refuses a rewrite of an event's identity even to
+    raw SQL."""
 
     def update(self, **kwargs):
         raise AppendOnlyError("trace events are never updated")

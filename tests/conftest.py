@@ -1,7 +1,8 @@
 """Shared pytest fixtures for the agentconsole test suite.
 
-Layout mirrors the code: tests/domain (no database), tests/conformance, tests/services, tests/api,
-tests/realtime, tests/workers, tests/faults, tests/e2e, tests/architecture.
+Layout mirrors the code: one folder per layer or subsystem, e.g. tests/domain (no database),
+tests/conformance, tests/services, tests/api, tests/realtime, tests/workers, tests/faults,
+tests/browser, tests/architecture.
 """
 
 import uuid

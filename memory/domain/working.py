@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 MAX_ITEMS = 12
@@ -132,11 +132,3 @@ def rebuild(
 def untrusted_sources(view: Iterable[WorkingItem]) -> tuple[str, ...]:
     """The observation ids behind the untrusted items of a view (sorted, once each)."""
     return tuple(sorted({s for i in view if i.trust == "untrusted-content" for s in i.source_ids}))
-
-
-@dataclass
-class WorkingView:
-    items: list[WorkingItem] = field(default_factory=list)
-
-    def for_planner(self) -> list[dict[str, Any]]:
-        return [i.as_dict() for i in self.items]

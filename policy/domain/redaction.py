@@ -297,6 +297,8 @@ def configure(extra_patterns: Sequence[str] = (), *, key: bytes = b"") -> Secret
 
 
 def active_scanner() -> SecretScanner:
+    """The process-wide scanner ``configure`` installed: a tag depends on its key, so a test that
+    checks what a person is shown asks it for the tag it expects."""
     return _active
 
 

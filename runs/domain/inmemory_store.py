@@ -203,7 +203,7 @@ class InMemoryRunStore:
             )
             return True
 
-    def model_call(self, run_id: str, step: int) -> CallRecord | None:
+    def model_call(self, run_id: str, step: int, version: int | None = None) -> CallRecord | None:
         return self._call(call_id(run_id, step))
 
     def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
@@ -330,10 +330,16 @@ class InMemoryRunStore:
         with self._lock:
             return list(self.observations[run_id].values())[-limit:]
 
-    def planner_config(self, run_id: str) -> dict[str, Any]:
+    def planner_config(self, run_id: str, version: int | None = None) -> dict[str, Any]:
         return self._planner[run_id]
 
-    def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
+    def inputs_kept(self, state: RunState) -> bool:
+        # Everything a step reads is read live here: any state this store returned goes on.
+        return True
+
+    def started_command(
+        self, run_id: str, version: int | None = None
+    ) -> tuple[ExecutableCommand, int] | None:
         with self._lock:
             for token, row in self.ledger.items():
                 if row["run_id"] == run_id and row["status"] == LedgerStatus.STARTED:

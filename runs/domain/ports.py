@@ -53,13 +53,20 @@ class RunStore(Protocol):
 
     def recent_observations(self, run_id: str, limit: int) -> list[Observation]: ...
 
-    def planner_config(self, run_id: str) -> dict[str, Any]: ...
+    def planner_config(self, run_id: str, version: int | None = None) -> dict[str, Any]: ...
+
+    def inputs_kept(self, state: RunState) -> bool:
+        """Whether the store knows what a step of ``state``'s version reads (``load`` read it
+        with ``inputs``, or the ``apply`` that returned ``state`` could say what it left): then
+        the runner goes on from ``state`` without loading the run again. Going on from a state
+        another writer has since moved is safe: the next commit's compare-and-set fails."""
+        ...
 
     def working_view(self, run_id: str, step: int, version: int | None = None) -> list[WorkingItem]:
         """The run's bounded working memory as of ``step`` (expired items left out)."""
         ...
 
-    def model_call(self, run_id: str, step: int) -> CallRecord | None:
+    def model_call(self, run_id: str, step: int, version: int | None = None) -> CallRecord | None:
         """The model call recorded for the run's ``step`` (runs.domain.calls), if any."""
         ...
 
@@ -68,7 +75,9 @@ class RunStore(Protocol):
         recorded (None: the command runs, or ran, in a worker)."""
         ...
 
-    def started_command(self, run_id: str) -> tuple[ExecutableCommand, int] | None:
+    def started_command(
+        self, run_id: str, version: int | None = None
+    ) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed and whose outcome did not, with its attempt."""
         ...
 

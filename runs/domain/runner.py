@@ -136,9 +136,11 @@ class Runner:
         planners: list[Planner] = []
 
         def planner() -> Planner:
-            # Built once per advance, from the configuration stored with the run.
+            # Built once per advance, from the configuration stored with the run (read with the
+            # run's inputs).
             if not planners:
-                planners.append(self.planner_for(self.store.planner_config(run_id)))
+                config = self.store.planner_config(run_id, state.version)
+                planners.append(self.planner_for(config))
             return planners[0]
 
         conflicts = 0
@@ -146,12 +148,17 @@ class Runner:
         # A started-but-unsettled ledger row can only be left by an earlier, dead worker: within
         # one advance every command is settled before the loop goes on. Look once, first.
         look_for_orphan = True
+        # The state this worker's last commit made, when the store knows its inputs: the next
+        # iteration goes on from it instead of reading the run again (a writer that moved the
+        # run meanwhile makes the next commit's compare-and-set fail, and then it is read).
+        carried: RunState | None = None
         for _ in range(max_iterations):
-            state = self.store.load(run_id, inputs=True)
+            state = carried or self.store.load(run_id, inputs=True)
+            carried = None
             first_step = state.step if first_step is None else first_step
             if look_for_orphan and state.status in (Status.RUNNING, Status.CANCELLING):
                 look_for_orphan = False
-                orphan = self.store.started_command(run_id)
+                orphan = self.store.started_command(run_id, state.version)
                 if orphan is not None:
                     # Intent committed, outcome never did: the gateway makes its call (the run
                     # waits, or takes the outcome), or a worker died mid-tool. Settle that
@@ -193,7 +200,8 @@ class Runner:
                 if commit.model_request is not None or commit.tool_request is not None:
                     return applied  # the run waits for its call; this worker lets go
                 if commit.command is not None:
-                    self._execute(applied, commit.command)
+                    applied = self._execute(applied, commit.command)
+                carried = applied if self.store.inputs_kept(applied) else None
         raise RuntimeError(f"run {run_id} did not settle within {max_iterations} iterations")
 
     def _integrity_stop(self, state: RunState, exc: IntegrityViolation) -> RunState:
@@ -293,7 +301,7 @@ class Runner:
            same reply again: the model is never asked twice for one recorded reply.
         """
         step = state.step + 1
-        call = self.store.model_call(state.run_id, step)
+        call = self.store.model_call(state.run_id, step, state.version)
         if call is None:
             if not self._pay_step(state, now):
                 return lifecycle.quota_exhausted(state, StopReason.DAILY_STEP_QUOTA_EXHAUSTED)
@@ -366,8 +374,9 @@ class Runner:
             raise RuntimeError(f"command for unregistered tool {command.tool_name}")
         return registered.contract
 
-    def _execute(self, state: RunState, command: ExecutableCommand, attempt: int = 1) -> None:
-        """Run the command; retry a retryable failure under its retry policy, same token."""
+    def _execute(self, state: RunState, command: ExecutableCommand, attempt: int = 1) -> RunState:
+        """Run the command; retry a retryable failure under its retry policy, same token.
+        Returns the state its settling commit made."""
         contract = self._contract(command)
         cancel = CancelSignal()
         previous: list[tuple[Span, Attributes]] = []
@@ -396,7 +405,7 @@ class Runner:
                     break
                 delay = policy.delay_ms(attempt)
                 attempt += 1
-                self._apply_fresh(
+                state = self._apply_fresh(
                     state.run_id,
                     functools.partial(
                         lifecycle.retrying,
@@ -408,7 +417,7 @@ class Runner:
                 )
                 if cancel.wait(delay / 1000):
                     break  # cancelled during the backoff: settle with what we know
-        self._settle(state.run_id, command, contract, execution)
+        return self._settle(state, command, contract, execution)
 
     def _fresh(
         self, command: ExecutableCommand, contract: ToolContract, state: RunState
@@ -435,7 +444,7 @@ class Runner:
             span.set({"agentconsole.tool.recovery": how})
             tel.describe_execution(self.telemetry, span, execution)
         self._apply_fresh(state.run_id, lambda cur: lifecycle.recovered(cur, command, how=how))
-        self._settle(state.run_id, command, contract, execution)
+        self._settle(None, command, contract, execution, run_id=state.run_id)
 
     def _apply_fresh(
         self,
@@ -453,13 +462,21 @@ class Runner:
 
     def _settle(
         self,
-        run_id: str,
+        state: RunState | None,
         command: ExecutableCommand,
         contract: ToolContract,
         execution: Execution,
+        *,
+        run_id: str = "",
         consume: str | None = None,
-    ) -> None:
-        current = self.store.load(run_id, inputs=True)
+    ) -> RunState:
+        """Record the command's outcome, going on from ``state`` (the intent's commit) when the
+        store knows its inputs; a cancel or decision that landed while the tool ran makes that
+        commit fail its compare-and-set, and it is built again on the run as read. ``consume``:
+        the gateway's call whose outcome this is (runs.domain.tool_waits)."""
+        run_id = state.run_id if state is not None else run_id
+        kept = state is not None and self.store.inputs_kept(state)
+        current = state if kept and state is not None else self.store.load(run_id, inputs=True)
         if current.status is Status.RUNNING and self.clock.now_ms() >= current.deadline_ms:
             # The run's deadline came while the tool ran: cancelling, then the effect decides.
             current = self._apply_fresh(run_id, lifecycle.deadline_during_tool)
@@ -479,4 +496,4 @@ class Runner:
             commit.consume_call = consume  # the gateway's call whose outcome this is
             return commit
 
-        self._apply_fresh(run_id, build, first=current)
+        return self._apply_fresh(run_id, build, first=current)

@@ -43,12 +43,14 @@ class Runner(Protocol):
 
     def _settle(
         self,
-        run_id: str,
+        state: RunState | None,
         command: ExecutableCommand,
         contract: ToolContract,
         execution: Execution,
+        *,
+        run_id: str = "",
         consume: str | None = None,
-    ) -> None: ...
+    ) -> RunState: ...
 
 
 def deferred(runner: Runner, commit: Commit) -> tuple[str, ToolRequest] | None:
@@ -143,5 +145,5 @@ def take(runner: Runner, state: RunState, command: ExecutableCommand, attempt: i
             return True
         except VersionConflict:
             pass  # the run moved (a cancel): no new attempt; the failure is settled below
-    runner._settle(state.run_id, command, contract, execution, consume=consume)
+    runner._settle(None, command, contract, execution, run_id=state.run_id, consume=consume)
     return False

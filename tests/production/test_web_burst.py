@@ -6,6 +6,10 @@ documented production environment.
   (44 of 200 simultaneous creates); web.sh now listens with WEB_BACKLOG (default 4096).
 - Creates beyond the per-user limits, all at once: each refused with 429 and the limit's code,
   none reset.
+- Creates within the limits, far more at once than the process has database connections: all
+  created. Each request once took a thread and waited for a connection of the pool; a burst
+  waited out the pool's time-out and got 503. Requests now wait their turn on the event loop
+  (agentconsole/admission.py).
 
 Clients are raw asyncio sockets on 127.0.0.1 (``bench.burst``): a client library's retries
 would hide a reset.
@@ -45,7 +49,9 @@ HTTPS = {"X-Forwarded-Proto": "https"}  # as the TLS proxy says (SECURE_PROXY_SS
 
 
 @pytest.fixture
-def web(tmp_path: Path) -> Iterator[int]:
+def web(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[int]:
+    # A test may add to the environment (indirect parametrization).
+    extra: dict[str, str] = getattr(request, "param", {})
     _requirements()
     broker = Redis(port=_free_port(), folder=tmp_path)
     broker.start()
@@ -60,6 +66,7 @@ def web(tmp_path: Path) -> Iterator[int]:
         "AGENTCONSOLE_RUN_CREATE_RATE": f"{RATE}/min",
         "AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT": "10",
         "LOG_LEVEL": "WARNING",
+        **extra,
     }
     env.pop("CELERY_BROKER_URL", None)
     with (tmp_path / "web.log").open("wb") as log:
@@ -122,3 +129,22 @@ def test_creates_over_the_limits_get_429_not_a_reset(web: int) -> None:
     refused = {o.body["code"] for o in outcomes if o.status == 429}
     assert refused <= {"RUN_CREATE_THROTTLED", "ACTIVE_RUNS_LIMIT"}, refused
     assert counts["429"] == CREATES - counts.get("201", 0)
+
+
+POOL = {"DB_POOL_MAX_SIZE": "3", "DB_POOL_TIMEOUT_S": "2"}
+
+
+@pytest.mark.parametrize("web", [POOL], indirect=True)
+def test_a_burst_beyond_the_connection_pool_waits_its_turn_and_is_all_created(web: int) -> None:
+    body = {
+        "goal": "one of a burst",
+        "planner": {"kind": "fixture", "outputs": [{"kind": "final", "answer": "done"}]},
+    }
+    requests = []
+    for i in range(60):  # five creates each: within the create rate and the active runs
+        headers = {"Authorization": f"Token {_token(f'burst{i}')}", **HTTPS}
+        requests += [burst.Request("POST", "/api/runs/", headers, body)] * 5
+
+    outcomes = asyncio.run(burst.send_all("127.0.0.1", web, requests, timeout_s=BURST_S))
+
+    assert burst.tally(outcomes) == {"201": len(requests)}  # none 503, reset or timed out

@@ -1,6 +1,6 @@
 """What a run's writes came to, on the ORM (issue 21 item 2): the demo's own case end to end, the
 flag's SQL filter against its Python rule, the partial index that serves the filter, and the
-runs from before migration 0011 (never counted: NULL, not 0).
+runs from before migration 0012_run_outcome (never counted: NULL, not 0).
 
 Personas: ``operator`` defines the demo profiles; ``alice`` (a user) starts runs from them and
 decides her own confirmations.
@@ -141,7 +141,7 @@ def test_the_flagged_page_walks_its_partial_index() -> None:
     assert "TEMP B-TREE" not in plan, plan  # SQLite: likewise
 
 
-def test_runs_from_before_0011_keep_null_counts() -> None:
+def test_runs_from_before_the_outcome_migration_keep_null_counts() -> None:
     """A run already there when the run-outcome migration ran was never counted: NULL, shown as "not
     recorded", never a 0 that would say no write of it was refused. New runs count from 0."""
     executor = MigrationExecutor(connection)

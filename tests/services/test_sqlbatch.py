@@ -99,8 +99,12 @@ def test_inputs_read_with_the_run_answer_for_that_version_only() -> None:
     assert (confirmations, view) == ([], [])
 
     moved = store.apply(lifecycle.start(state))
-    with CaptureQueriesContext(connection) as read_again:
+    with CaptureQueriesContext(connection) as carried:
+        # The commit said what it changed (no grant use): the new version's inputs are known.
         assert store.grants(run_id, moved.version) == grants
+    assert carried.captured_queries == []
+    with CaptureQueriesContext(connection) as read_again:
+        assert store.grants(run_id, state.version) == grants
     assert len(read_again.captured_queries) == 1  # another version: read from the database
     with CaptureQueriesContext(connection) as unversioned:
         store.grants(run_id)

@@ -1,6 +1,6 @@
 """issue 9 item 17: the trace is append-only. Every way the application could change or remove
 an event raises and leaves the row as it was; the database refuses a rewrite of an event's
-identity even to raw SQL (migration 0005), and a test database still empties (flush)."""
+identity even to raw SQL (runs migration 0007), and a test database still empties (flush)."""
 
 from __future__ import annotations
 
