@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -37,10 +37,8 @@ from policy.domain.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_policy, tool_facts
 from policy.mcp import selectors as mcp_selectors
-from policy.mcp.client import call_tool, call_tool_async, list_tools
 from runs import tasks
 from runs.calls import doorbell as calls_doorbell
-from runs.calls.gateway import Gateway
 from runs.calls.tools import Tools as GatewayTools
 from runs.context import RunsContext
 from runs.domain import model_planning
@@ -56,6 +54,9 @@ from runs.limits import step_quota
 from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner
 from runs.store import OrmRunStore
 from runs.tools import artifacts, demo_notice, demo_partner, search
+
+if TYPE_CHECKING:
+    from runs.calls.gateway import Gateway
 
 
 def _contracts_from(obj: Any, path: str) -> list[ToolContract]:
@@ -158,6 +159,27 @@ class _Registry:
 
 
 registry = _Registry()
+
+
+# The MCP client and the gateway are imported where they are used: the mcp and openai packages
+# (about 50 MB resident each) stay out of processes that never call an MCP tool or a model
+# (a worker that splits its steps at the model call; the web process).
+def call_tool(*args: Any, **kwargs: Any) -> Any:
+    from policy.mcp.client import call_tool as call  # import here: the mcp package, on use
+
+    return call(*args, **kwargs)
+
+
+async def call_tool_async(*args: Any, **kwargs: Any) -> Any:
+    from policy.mcp.client import call_tool_async as call  # import here: in the gateway only
+
+    return await call(*args, **kwargs)
+
+
+def list_tools(*args: Any, **kwargs: Any) -> Any:
+    from policy.mcp.client import list_tools as listing  # import here: on use
+
+    return listing(*args, **kwargs)
 
 
 def mcp_lister(spec: McpServerSpec) -> list[dict[str, Any]]:
@@ -275,6 +297,8 @@ def gateway(clock: Clock = SYSTEM_CLOCK) -> Gateway:
     """The gateway process's loop (``manage.py gateway``): every configured endpoint, the
     workers' queue for the runs it answers, the model latency histogram. An entry point like
     the web, worker and beat: with DEBUG=0 it is not built while a demo password works."""
+    from runs.calls.gateway import Gateway  # import here: openai, in the gateway process only
+
     refuse_demo_passwords("the gateway")
     return Gateway(
         endpoints=model_endpoints(),

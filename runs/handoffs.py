@@ -37,7 +37,7 @@ from runs.domain.machine import TERMINAL, StopReason
 from runs.domain.writes import is_write
 from runs.doorbell import ring_console
 from runs.handoff_selectors import can_compensate, unsettled_effect
-from runs.store import command_from_row
+from runs.step_inputs import command_from_row
 
 ACTIONS = RESOLUTION_ACTIONS
 

@@ -11,12 +11,9 @@ not grow with the run's length.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import functools
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -26,7 +23,7 @@ from policy import selectors as policy_selectors
 from policy import services as policy_services
 from policy import sqlbatch
 from policy.domain.confirmations import Confirmation
-from policy.domain.decisions import ExecutableCommand, restore_command
+from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
@@ -38,8 +35,7 @@ from policy.selectors import (
 )
 from policy.sqlbatch import Write
 from runs import models as m
-from runs.calls.models import ModelCall
-from runs.domain.calls import CallKind, CallRecord, CallStatus, call_id, tool_call_id
+from runs.domain.calls import CallRecord, call_id, tool_call_id
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -53,6 +49,16 @@ from runs.rows import (
     working_items,
     working_read,
 )
+from runs.step_inputs import (
+    Inputs,
+    Unknown,
+    call_from_rows,
+    call_read,
+    latest_call_read,
+    started_from_rows,
+    started_read,
+)
+from runs.step_inputs import after as inputs_after
 from runs.writers import AFTER, BATCHED, RUN_MOVED, At, run_write, writes_after
 
 
@@ -61,34 +67,6 @@ def _constraint(exc: IntegrityError) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
-@dataclass(frozen=True)
-class _Inputs:
-    """What a step reads besides the run row, as it was when the run was at ``version``.
-
-    Kept per thread, for the last ``load(inputs=True)`` or the last ``apply`` that could say
-    what it left (``_after``). Using it for that version is the same as reading again: grants,
-    confirmations, working memory, the ledger's started row and the run's calls change only in
-    commits of the run, each of which moves its version (a commit landing between the reads
-    makes them newer than ``version``, and then the step's compare-and-set on ``version``
-    fails). The planner configuration is read with them; ``None`` in ``started`` or ``call``
-    is an answer ("none"), ``UNKNOWN`` is not (read it when asked)."""
-
-    run_id: str
-    version: int
-    grants: Sequence[CapabilityGrant]
-    confirmations: Sequence[Confirmation]
-    working: Sequence[WorkingItem]
-    planner: dict[str, Any]
-    started: tuple[ExecutableCommand, int] | _Unknown | None
-    # The run's call of its highest step (step, record): a later step has none.
-    call: tuple[int, CallRecord] | _Unknown | None
-
-
-class _Unknown:
-    """Not read (a commit changed it): ask the database."""
-
-
-UNKNOWN = _Unknown()
 _inputs = threading.local()
 
 
@@ -219,23 +197,23 @@ class OrmRunStore:
                 confirmations_read(run_id),
                 working_read(run_id),
                 sqlbatch.select(m.Run, ("planner",), {"id": run_id}),
-                _started_read(run_id),
-                _latest_call_read(run_id),
+                started_read(run_id),
+                latest_call_read(run_id),
             ]
         found = sqlbatch.fetch(reads)
         if not found[0]:
             raise NotFound(f"no run {run_id}", run_id=run_id)
         state = state_from_row(found[0][0])
         if inputs:
-            _inputs.last = _Inputs(
+            _inputs.last = Inputs(
                 run_id=run_id,
                 version=state.version,
                 grants=grants_from_rows(run_id, found[1]),
                 confirmations=confirmations_from_rows(run_id, found[2]),
                 working=working_from_rows(found[3]),
                 planner=found[4][0][0],
-                started=_started_from_rows(found[5]),
-                call=_call_from_rows(found[6]),
+                started=started_from_rows(found[5]),
+                call=call_from_rows(found[6]),
             )
         return state
 
@@ -245,8 +223,8 @@ class OrmRunStore:
         without loading the run again."""
         return self._inputs(state.run_id, state.version) is not None
 
-    def _inputs(self, run_id: str, version: int | None) -> _Inputs | None:
-        last: _Inputs | None = getattr(_inputs, "last", None)
+    def _inputs(self, run_id: str, version: int | None) -> Inputs | None:
+        last: Inputs | None = getattr(_inputs, "last", None)
         if version is None or last is None or (last.run_id, last.version) != (run_id, version):
             return None
         return last
@@ -292,7 +270,7 @@ class OrmRunStore:
             raise IntegrityViolation(
                 "a write broke a unique key", run_id=run_id, constraint=_constraint(exc)
             ) from exc
-        _inputs.last = _after(commit, state, self._inputs(run_id, commit.expected_version))
+        _inputs.last = inputs_after(commit, state, self._inputs(run_id, commit.expected_version))
         return state
 
     def _writes(
@@ -365,16 +343,16 @@ class OrmRunStore:
     def model_call(self, run_id: str, step: int, version: int | None = None) -> CallRecord | None:
         """The model call recorded for the run's ``step``, if any (one indexed row)."""
         kept = self._inputs(run_id, version)
-        if kept is not None and not isinstance(kept.call, _Unknown):
+        if kept is not None and not isinstance(kept.call, Unknown):
             return kept.call[1] if kept.call is not None and kept.call[0] == step else None
-        (found,) = sqlbatch.fetch([_call_read({"id": call_id(run_id, step)})])
-        call = _call_from_rows(found)
+        (found,) = sqlbatch.fetch([call_read({"id": call_id(run_id, step)})])
+        call = call_from_rows(found)
         return call[1] if call is not None else None
 
     def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
         """The gateway's call of a command's attempt, if any (one indexed row)."""
-        (found,) = sqlbatch.fetch([_call_read({"id": tool_call_id(run_id, token, attempt)})])
-        call = _call_from_rows(found)
+        (found,) = sqlbatch.fetch([call_read({"id": tool_call_id(run_id, token, attempt)})])
+        call = call_from_rows(found)
         return call[1] if call is not None else None
 
     def started_command(
@@ -382,10 +360,10 @@ class OrmRunStore:
     ) -> tuple[ExecutableCommand, int] | None:
         """The command whose intent committed but whose outcome did not (a crashed worker)."""
         kept = self._inputs(run_id, version)
-        if kept is not None and not isinstance(kept.started, _Unknown):
+        if kept is not None and not isinstance(kept.started, Unknown):
             return kept.started
-        (found,) = sqlbatch.fetch([_started_read(run_id)])
-        return _started_from_rows(found)
+        (found,) = sqlbatch.fetch([started_read(run_id)])
+        return started_from_rows(found)
 
 
 def _both(first: Any, then: Any) -> Any:
@@ -395,104 +373,6 @@ def _both(first: Any, then: Any) -> Any:
         then()
 
     return ring
-
-
-CALL_COLUMNS = (
-    "step",
-    "id",
-    "status",
-    "hints",
-    "summary",
-    "reply",
-    "failure",
-    "attempts",
-    "sent_at",
-)
-
-
-def _call_read(where: dict[str, Any], **kw: Any) -> sqlbatch.Read:
-    return sqlbatch.select(ModelCall, CALL_COLUMNS, where, **kw)
-
-
-def _latest_call_read(run_id: str) -> sqlbatch.Read:
-    # The latest model call; the (run, step) unique index of model calls answers it.
-    return _call_read({"run": run_id, "kind": CallKind.MODEL.value}, order_by=("-step",), limit=1)
-
-
-def _call_from_rows(rows: list[tuple[Any, ...]]) -> tuple[int, CallRecord] | None:
-    if not rows:
-        return None
-    v = dict(zip(CALL_COLUMNS, rows[0], strict=True))
-    record = CallRecord(
-        call_id=v["id"],
-        status=CallStatus(v["status"]),
-        hints=v["hints"] or {},
-        summary=v["summary"] or {},
-        reply=v["reply"],
-        failure=v["failure"],
-        attempts=v["attempts"],
-        sent=v["sent_at"] is not None,
-    )
-    return v["step"], record
-
-
-def _started_read(run_id: str) -> sqlbatch.Read:
-    where = {"run": run_id, "status": LedgerStatus.STARTED.value}
-    return sqlbatch.select(m.LedgerEntry, COMMAND_COLUMNS, where, order_by=("id",), limit=1)
-
-
-def _started_from_rows(rows: list[tuple[Any, ...]]) -> tuple[ExecutableCommand, int] | None:
-    if not rows:
-        return None
-    values = dict(zip(COMMAND_COLUMNS, rows[0], strict=True))
-    return command_from_values(values), values["attempt"]
-
-
-def _after(commit: Commit, state: RunState, before: _Inputs | None) -> _Inputs | None:
-    """The inputs of the version ``commit`` made, from those of the version it started from,
-    when the commit says exactly what it changed; else None (the next step loads the run).
-
-    Grants gain their uses; working memory is admitted as the step's writer admits it (a new
-    item whose id is already kept is not carried: the row keeps the old one); a commit that
-    touches confirmations or hands off is not carried (the database decides those). The
-    ledger's started row and the latest call become unknown when the commit writes them,
-    except a consumed call, which stays the latest."""
-    if (
-        before is None
-        or writes_after(commit)
-        or commit.consume_confirmation is not None
-        or commit.expire_pending_confirmations
-    ):
-        return None
-    working = before.working
-    if commit.working_items:
-        current = {i.item_id for i in before.working}
-        if any(i.item_id in current for i in commit.working_items):
-            return None
-        working = admit(list(before.working), commit.working_items, step=state.step)
-    used = collections.Counter(commit.grant_uses)
-    grants = [
-        g.model_copy(update={"calls_used": g.calls_used + used[g.grant_id]})
-        if used[g.grant_id]
-        else g
-        for g in before.grants
-    ]
-    started = before.started
-    if commit.ledger_intent is not None or commit.ledger_settle or commit.ledger_attempt:
-        started = UNKNOWN
-    call = before.call
-    if commit.model_request is not None or commit.abandon_calls:
-        call = UNKNOWN
-    elif (
-        commit.consume_call is not None
-        and isinstance(call, tuple)
-        and call[1].call_id == commit.consume_call  # not a tool call's (runs.domain.tool_waits)
-    ):
-        step, record = call
-        call = (step, dataclasses.replace(record, status=CallStatus.CONSUMED))
-    return dataclasses.replace(
-        before, version=state.version, grants=grants, working=working, started=started, call=call
-    )
 
 
 def _check(ran: sqlbatch.Ran, writes: Sequence[Write], run_id: str) -> None:
@@ -505,35 +385,3 @@ def _check(ran: sqlbatch.Ran, writes: Sequence[Write], run_id: str) -> None:
         raise ran.error
     if missed is not None:
         raise VersionConflict(writes[missed].expect_one or RUN_MOVED, run_id=run_id)
-
-
-# The ledger columns a command is restored from.
-COMMAND_COLUMNS = (
-    "run_id", "proposal_id", "tool_name", "tool_version", "arguments", "arguments_hash",
-    "proposal_hash", "idempotency_token", "resource", "deadline_ms", "grant_ids",
-    "confirmation_id", "attempt",
-)  # fmt: skip
-
-
-def command_from_row(row: m.LedgerEntry) -> ExecutableCommand:
-    return command_from_values({c: getattr(row, c) for c in COMMAND_COLUMNS})
-
-
-def command_from_values(v: Mapping[str, Any]) -> ExecutableCommand:
-    return restore_command(
-        command_id=f"{v['run_id']}:{v['proposal_id']}",
-        run_id=v["run_id"],
-        proposal_id=v["proposal_id"],
-        tool_name=v["tool_name"],
-        tool_version=v["tool_version"],
-        validated_arguments=v["arguments"],
-        arguments_hash=v["arguments_hash"],
-        proposal_hash=v["proposal_hash"],
-        idempotency_token=v["idempotency_token"],
-        resource=v["resource"],
-        deadline_ms=v["deadline_ms"],
-        granted_capabilities=(),
-        grant_ids=tuple(v["grant_ids"]),
-        confirmation_id=v["confirmation_id"],
-        consume_confirmation=False,
-    )

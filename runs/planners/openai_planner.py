@@ -15,9 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from policy.domain import strict_json
 from policy.domain.strict_json import JsonRefused
@@ -26,6 +24,9 @@ from runs.domain.calls import CallRecord, CallStatus, ModelRequest
 from runs.domain.clock import Clock
 from runs.domain.planning import PlannerContext, PlannerError, PlannerReply
 from runs.domain.state import RunState
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class PlannerCallFailed(PlannerError):
 
 
 def _client(endpoint: ModelEndpoint) -> openai.OpenAI:
+    # import here: the openai package (about 50 MB resident) where a call is made; a worker
+    # that splits its steps at the model call never makes one (the gateway does).
+    import openai
+
     # Our own retry loop (deadline-aware, classified like tool outcomes): the client's is off.
     return openai.OpenAI(
         base_url=endpoint.base_url,
@@ -188,6 +193,8 @@ class OpenAIPlanner:
         )
 
     def _call(self, body: dict[str, Any], *, deadline_ms: int) -> tuple[Any, int]:
+        import openai  # import here: loaded with the client (``_client``)
+
         attempt = 0
         while True:
             attempt += 1
@@ -233,6 +240,8 @@ class OpenAIPlanner:
 def failure_of(exc: openai.APIError) -> mp.CallFailure:
     """A failed call, classified (the same rules inline and in the gateway): a status the
     endpoint answered, a time-out, or a connection that never answered."""
+    import openai  # import here: the caller caught one of its errors, so it is loaded
+
     if isinstance(exc, openai.APIStatusError):
         return mp.classify(
             status=exc.status_code, retry_after_s=retry_after_s(exc.response.headers)

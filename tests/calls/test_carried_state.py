@@ -19,6 +19,7 @@ import pytest
 from agentconsole import wiring
 from policy import selectors as policy_selectors
 from policy import sqlbatch
+from runs import step_inputs
 from runs import store as run_store
 from runs.domain.runner import Runner
 from runs.domain.state import RunState
@@ -60,27 +61,27 @@ class CheckingStore(run_store.OrmRunStore):
         cached = self._inputs(run_id, version)
         assert cached is not None
         fresh_state = self.load(run_id)  # no inputs: the thread's kept inputs stay as they are
-        fresh = {
+        fresh: dict[str, Any] = {
             "state": fresh_state.model_dump(),
             "grants": policy_selectors.run_grants(run_id=run_id),
             "confirmations": policy_selectors.run_confirmations(run_id=run_id),
             "working": working_items(run_id),
             "planner": self.planner_config(run_id),
         }
-        carried = {
+        carried: dict[str, Any] = {
             "state": state.model_dump(),
             "grants": list(cached.grants),
             "confirmations": list(cached.confirmations),
             "working": list(cached.working),
             "planner": cached.planner,
         }
-        (started_rows,) = sqlbatch.fetch([run_store._started_read(run_id)])
-        (call_rows,) = sqlbatch.fetch([run_store._latest_call_read(run_id)])
-        if not isinstance(cached.started, run_store._Unknown):
-            fresh["started"] = run_store._started_from_rows(started_rows)
+        (started_rows,) = sqlbatch.fetch([step_inputs.started_read(run_id)])
+        (call_rows,) = sqlbatch.fetch([step_inputs.latest_call_read(run_id)])
+        if not isinstance(cached.started, step_inputs.Unknown):
+            fresh["started"] = step_inputs.started_from_rows(started_rows)
             carried["started"] = cached.started
-        if not isinstance(cached.call, run_store._Unknown):
-            fresh["call"] = run_store._call_from_rows(call_rows)
+        if not isinstance(cached.call, step_inputs.Unknown):
+            fresh["call"] = step_inputs.call_from_rows(call_rows)
             carried["call"] = cached.call
         for name, value in fresh.items():
             if carried[name] != value:
@@ -89,7 +90,7 @@ class CheckingStore(run_store.OrmRunStore):
 
 def checking_runner(**kw: Any) -> tuple[Runner, CheckingStore]:
     runner = wiring.runner(**kw)
-    store = CheckingStore(on_commit_events=runner.store.on_commit_events)
+    store = CheckingStore(on_commit_events=getattr(runner.store, "on_commit_events", None))
     runner.store = store
     return runner, store
 
