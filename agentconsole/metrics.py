@@ -273,6 +273,17 @@ class StateCollector(Collector):
             for endpoint in names:
                 family.add_metric([endpoint], counts.get((endpoint, status), 0))
             yield family
+        # The MCP tool calls runs wait on in the gateway, by server (lane ``mcp:<server>``).
+        tools = calls_records.counts_by_endpoint(calls_records.TOOL)
+        servers = sorted({lane for lane, _ in tools})
+        for status, name, text in (
+            ("sending", "in_flight", "MCP tool calls the gateway is making now, by server."),
+            ("queued", "queued", "MCP tool calls waiting for a slot or a retry, by server."),
+        ):
+            family = GaugeMetricFamily(f"agentconsole_mcp_calls_{name}", text, labels=["server"])
+            for lane in servers:
+                family.add_metric([lane.removeprefix("mcp:")], tools.get((lane, status), 0))
+            yield family
 
     def _shared(self) -> Iterator[Metric]:
         values: dict[bytes, bytes] = {}

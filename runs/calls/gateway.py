@@ -165,29 +165,21 @@ class Gateway:
         stray = records.fail_unknown_endpoints(known=self.endpoints, now=now)
         for run_id in stray:
             self.send_advance(run_id)
+        lanes = [(records.MODEL, n, e.max_in_flight) for n, e in self.endpoints.items()]
+        if self.tools is not None and (servers := records.due_lanes(kind=records.TOOL, now=now)):
+            self._tool_set = tool_set = self.tools()
+            lanes += [(records.TOOL, s, tool_set.max_in_flight) for s in servers]  # MCP servers
         out: list[records.Claimed] = []
-        for name, endpoint in self.endpoints.items():
+        for kind, lane, limit in lanes:
             out += records.claim(
-                endpoint=name,
-                limit=endpoint.max_in_flight,
+                kind=kind,
+                endpoint=lane,
+                limit=limit,
                 owner=self.owner,
                 now=now,
                 lease=self.lease,
                 batch=CLAIM_BATCH,
             )
-        lanes = records.due_lanes(kind=records.TOOL, now=now) if self.tools else []
-        if lanes and self.tools is not None:
-            self._tool_set = tool_set = self.tools()
-            for lane in lanes:  # one MCP server each
-                out += records.claim(
-                    kind=records.TOOL,
-                    endpoint=lane,
-                    limit=tool_set.max_in_flight,
-                    owner=self.owner,
-                    now=now,
-                    lease=self.lease,
-                    batch=CLAIM_BATCH,
-                )
         return out
 
     async def _shutdown(self, shutdown_s: float) -> None:

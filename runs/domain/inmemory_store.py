@@ -159,26 +159,17 @@ class InMemoryRunStore:
 
     def _write_calls(self, commit: Commit) -> None:
         run_id = commit.state.run_id
-        if commit.model_request is not None:
-            cid, request = commit.model_request
-            self.calls[cid] = {
-                "run_id": run_id,
-                "request": request,
-                "status": CallStatus.QUEUED,
-                "reply": None,
-                "failure": None,
-                "attempts": 0,
-            }
-        if commit.tool_request is not None:
-            cid, tool = commit.tool_request
-            self.calls[cid] = {
-                "run_id": run_id,
-                "request": tool,
-                "status": CallStatus.QUEUED,
-                "reply": None,
-                "failure": None,
-                "attempts": 0,
-            }
+        for requested in (commit.model_request, commit.tool_request):
+            if requested is not None:
+                cid, request = requested
+                self.calls[cid] = {
+                    "run_id": run_id,
+                    "request": request,
+                    "status": CallStatus.QUEUED,
+                    "reply": None,
+                    "failure": None,
+                    "attempts": 0,
+                }
         if commit.consume_call is not None:
             self.calls[commit.consume_call]["status"] = CallStatus.CONSUMED
         if commit.abandon_calls:

@@ -25,6 +25,7 @@ from runs import services
 from runs.calls import records
 from runs.calls.gateway import Gateway
 from runs.domain.calls import CallStatus
+from runs.domain.state import RunState
 from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, http_server
 from tests.mcp.test_mcp_runs import grant, register_and_accept, start
 from tests.support.planner import tool_call
@@ -198,6 +199,17 @@ def _lost_after_sending(run_id: str) -> None:
     )
 
 
+def _lost_and_taken_over(run_id: str) -> RunState:
+    """A worker records the call, its gateway is lost mid-call, another takes over, a worker
+    takes the outcome."""
+    services.run_advance(run_id=run_id)
+    _lost_after_sending(run_id)
+    drain(gateway("g2"))
+    state = services.run_advance(run_id=run_id)
+    assert state is not None
+    return state
+
+
 def test_a_read_lost_with_its_gateway_is_sent_again(web_notes: NotesServer) -> None:
     server = register_and_accept(web_notes, lookup=READ_POLICY)
     run = start(
@@ -207,12 +219,7 @@ def test_a_read_lost_with_its_gateway_is_sent_again(web_notes: NotesServer) -> N
         ],
         [grant("notes:read", f"mcp/{server}")],
     )
-    services.run_advance(run_id=run.run_id)
-    _lost_after_sending(run.run_id)
-
-    drain(gateway("g2"))
-    state = services.run_advance(run_id=run.run_id)
-    assert state is not None
+    state = _lost_and_taken_over(run.run_id)
     assert state.status.value == "completed"
     (call,) = tool_calls(run.run_id)
     assert list(call.attempt_rows.order_by("attempt").values_list("outcome", flat=True)) == [
@@ -230,12 +237,7 @@ def test_a_write_lost_with_its_gateway_after_sending_is_not_sent_again(
         [tool_call("p1", f"mcp__{server}__slow_post", {"text": "hi", "seconds": 0})],
         [grant("notes:write", f"mcp/{server}")],
     )
-    services.run_advance(run_id=run.run_id)
-    _lost_after_sending(run.run_id)
-
-    drain(gateway("g2"))
-    state = services.run_advance(run_id=run.run_id)
-    assert state is not None
+    state = _lost_and_taken_over(run.run_id)
     assert state.status.value == "failed"
     assert state.stop_reason == "TOOL_OUTCOME_UNKNOWN"
     entry = m.LedgerEntry.objects.get(run_id=run.run_id)
