@@ -26,6 +26,7 @@ from runs.calls import records
 from runs.calls.gateway import Gateway
 from runs.domain.calls import CallStatus
 from runs.domain.state import RunState
+from runs.sweeper import sweep
 from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, http_server
 from tests.mcp.test_mcp_runs import grant, register_and_accept, start
 from tests.support.planner import tool_call
@@ -244,3 +245,16 @@ def test_a_write_lost_with_its_gateway_after_sending_is_not_sent_again(
     assert (entry.status, entry.outcome["code"]) == ("unknown", "GATEWAY_LOST")
     assert m.Handoff.objects.filter(run_id=run.run_id, reason="TOOL_OUTCOME_UNKNOWN").exists()
     assert web_notes.calls() == []  # not sent again
+
+
+def test_a_run_waiting_on_its_tool_is_not_resent_by_the_sweeper(web_notes: NotesServer) -> None:
+    """Its started ledger row is the gateway's call, not a dead worker's tool: a worker would
+    only wake to find nothing to do (and a recovery would run the tool a second time)."""
+    server = register_and_accept(web_notes, lookup=READ_POLICY)
+    run = start([tool_call("p1", f"mcp__{server}__lookup", {"topic": "a"})],
+                [grant("notes:read", f"mcp/{server}")])  # fmt: skip
+    services.run_advance(run_id=run.run_id)
+    m.Run.objects.filter(pk=run.run_id).update(updated_at=timezone.now() - timedelta(minutes=5))
+
+    assert run.run_id not in sweep(enqueue=False).requeued
+    assert web_notes.calls() == []
