@@ -259,7 +259,8 @@ class StateCollector(Collector):
         )
 
     def _model_calls(self) -> Iterator[Metric]:
-        counts = calls_records.counts_by_endpoint()
+        by_kind = calls_records.counts_by_endpoint()
+        counts = by_kind[calls_records.MODEL]
         names = sorted(
             {endpoint for endpoint, _ in counts} | set(settings.AGENTCONSOLE_MODEL_ENDPOINTS)
         )
@@ -274,7 +275,7 @@ class StateCollector(Collector):
                 family.add_metric([endpoint], counts.get((endpoint, status), 0))
             yield family
         # The MCP tool calls runs wait on in the gateway, by server (lane ``mcp:<server>``).
-        tools = calls_records.counts_by_endpoint(calls_records.TOOL)
+        tools = by_kind[calls_records.TOOL]
         servers = sorted({lane for lane, _ in tools})
         for status, name, text in (
             ("sending", "in_flight", "MCP tool calls the gateway is making now, by server."),

@@ -267,11 +267,15 @@ def fail_unknown_endpoints(*, known: Iterable[str], now: datetime) -> list[str]:
     )
 
 
-def counts_by_endpoint(kind: str = MODEL) -> dict[tuple[str, str], int]:
-    """Open calls of ``kind`` by (lane, status): the metrics' calls in flight and queued."""
+def counts_by_endpoint() -> dict[str, dict[tuple[str, str], int]]:
+    """Open calls by kind, then by (lane, status): the metrics' calls in flight and queued
+    (one query for model endpoints and MCP servers alike)."""
     rows = (
-        ModelCall.objects.filter(kind=kind, status__in=[s.value for s in OPEN])
-        .values_list("endpoint", "status")
+        ModelCall.objects.filter(status__in=[s.value for s in OPEN])
+        .values_list("kind", "endpoint", "status")
         .annotate(n=Count("id"))
     )
-    return {(endpoint, status): n for endpoint, status, n in rows}
+    out: dict[str, dict[tuple[str, str], int]] = {MODEL: {}, TOOL: {}}
+    for kind, endpoint, status, n in rows:
+        out.setdefault(kind, {})[(endpoint, status)] = n
+    return out
