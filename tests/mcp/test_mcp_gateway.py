@@ -29,6 +29,7 @@ from runs.domain.state import RunState
 from runs.sweeper import sweep
 from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, http_server
 from tests.mcp.test_mcp_runs import grant, register_and_accept, start
+from tests.support.clock import AheadClock
 from tests.support.planner import tool_call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("fresh_registry")]
@@ -258,3 +259,45 @@ def test_a_run_waiting_on_its_tool_is_not_resent_by_the_sweeper(web_notes: Notes
 
     assert run.run_id not in sweep(enqueue=False).requeued
     assert web_notes.calls() == []
+
+
+def test_a_retryable_failure_is_a_new_call_under_the_same_token(web_notes: NotesServer) -> None:
+    """A read that times out is retried by the contract's policy (two attempts, 250 ms apart):
+    each attempt is a call of its own, recorded with the retry's commit, same token."""
+    server = register_and_accept(
+        web_notes, nap={**READ_POLICY, "timeout_ms": 1500}, lookup=READ_POLICY
+    )
+    run = start(
+        [
+            tool_call("p1", f"mcp__{server}__nap", {"topic": "a", "seconds": 30}),
+            tool_call("p2", f"mcp__{server}__lookup", {"topic": "a"}),
+            {"kind": "final", "answer": "Read.", "citation_observation_ids": ["tool-2"]},
+        ],
+        [grant("notes:read", f"mcp/{server}")],
+    )
+    services.run_advance(run_id=run.run_id)
+    drain(gateway())
+    state = services.run_advance(run_id=run.run_id)  # records attempt 2, due in 250 ms
+    assert state is not None
+    assert state.status.value == "running"
+    first, second = tool_calls(run.run_id)
+    assert first.status == CallStatus.CONSUMED
+    assert first.reply["outcome"]["code"] == "TOOL_TIMEOUT"
+    assert (second.status, second.request["attempt"]) == (CallStatus.QUEUED, 2)
+    assert second.not_before > first.answered_at
+
+    later = Gateway(endpoints={}, owner="g3", send_advance=[].append, poll_s=0.05,
+                    lease=timedelta(seconds=30), tools=wiring.gateway_tools,
+                    clock=AheadClock(300))  # fmt: skip
+    drain(later)
+    services.run_advance(run_id=run.run_id)  # the nap fails for good; the lookup is recorded
+    drain(gateway())
+    state = services.run_advance(run_id=run.run_id)
+    assert state is not None
+    assert state.status.value == "completed"
+    entry = m.LedgerEntry.objects.get(run_id=run.run_id, tool_name=f"mcp__{server}__nap")
+    assert (entry.status, entry.attempt, entry.outcome["code"]) == ("failed", 2, "TOOL_TIMEOUT")
+    retrying = m.TraceEvent.objects.get(run_id=run.run_id, event="tool.retrying")
+    assert (retrying.details["attempt"], retrying.details["code"]) == (2, "TOOL_TIMEOUT")
+    tokens = [c["meta"]["agentconsole/idempotency-token"] for c in web_notes.calls("nap")]
+    assert tokens == [entry.idempotency_token] * 2
