@@ -23,7 +23,7 @@ from tests.mcp.mcp_kit import (
 @pytest.fixture(autouse=True)
 def inline_calls(settings: Any) -> None:
     """These tests drive runs in this process, with no gateway: the worker makes the MCP call
-    (``AGENTCONSOLE_MODEL_CALLS=inline``). tests/calls/test_mcp_gateway.py has the gateway's."""
+    (``AGENTCONSOLE_MODEL_CALLS=inline``). tests/mcp/test_mcp_gateway.py has the gateway's."""
     settings.AGENTCONSOLE_MODEL_CALLS = "inline"
 
 
