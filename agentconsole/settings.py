@@ -318,6 +318,10 @@ else:
 
 # How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).
 AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"))
+# How often a worker's main process looks for runs held by dead processes of its host and sends
+# them on (agentconsole/worker_lifecycle.py); 0: never (the lease TTL and the sweep, as for a
+# worker that died on another host).
+AGENTCONSOLE_REAP_INTERVAL_S = float(os.environ.get("AGENTCONSOLE_REAP_INTERVAL_S", "1"))
 
 # Dotted paths of extra tool contracts to register, e.g. "myorg.tools.lookup_invoice".
 AGENTCONSOLE_TOOLS: list[str] = _env_list("AGENTCONSOLE_TOOLS")
@@ -347,17 +351,14 @@ AGENTCONSOLE_FAULTS_ENABLED = _env_bool("AGENTCONSOLE_FAULTS_ENABLED", "0")
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
 AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
 
-# Secrets of MCP servers (README "MCP tools"), by name: a server spec names the secrets it needs
-# (an environment variable of a stdio server, a header of an HTTP server) and the executor
-# injects the values at call time. From the environment: a JSON object of strings.
+# Secrets of MCP servers (docs/mcp.md), by name: a server spec names the secrets it needs (an
+# environment variable of a stdio server, a header of an HTTP server), injected at call time.
 AGENTCONSOLE_MCP_SECRETS: dict[str, str] = env.json_dict("AGENTCONSOLE_MCP_SECRETS")
-# The whole command lines (exact argv lists) a stdio MCP server may be started with: a stdio
-# server is a program the workers run, so the deployment names them; empty: stdio refused.
+# The whole command lines (exact argv lists) a stdio MCP server may be started with: a program
+# the workers or the gateway run, so the deployment names them; empty: stdio refused.
 AGENTCONSOLE_MCP_STDIO_COMMANDS: tuple[tuple[str, ...], ...] = env.mcp_stdio_commands()
-# How long listing a server's tools (register, refresh) may take.
+# How long listing a server's tools may take; MCP calls the gateway makes at once per server.
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
-# Where AGENTCONSOLE_MODEL_CALLS is "gateway", the gateway makes the MCP tool calls runs wait on
-# (issue 22 item 4): at most this many at once per MCP server, over every gateway process.
 AGENTCONSOLE_MCP_MAX_IN_FLIGHT = int(os.environ.get("AGENTCONSOLE_MCP_MAX_IN_FLIGHT", "16"))
 
 # Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the

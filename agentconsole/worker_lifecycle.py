@@ -1,8 +1,11 @@
 """What a worker process does when it starts and stops (connected in agentconsole/celery.py).
 
-Start (``worker_ready``, in the main process): release the leases that dead processes of this
-host still hold (a predecessor killed with SIGKILL), then beat every
-``AGENTCONSOLE_WORKER_HEARTBEAT_S`` (agentconsole/heartbeat.py) so /readyz sees a worker.
+Start (``worker_ready``, in the main process): beat every ``AGENTCONSOLE_WORKER_HEARTBEAT_S``
+(agentconsole/heartbeat.py) so /readyz sees a worker, and start the reaper: at once and every
+``AGENTCONSOLE_REAP_INTERVAL_S``, the runs held by processes of this host that no longer exist
+(a predecessor killed with SIGKILL, a pool process the kernel killed, a sibling worker's) are
+sent on at once to a queue this worker consumes (``runs.sweeper.recover_dead_local``). The main
+process does it, not a task: every pool process may be busy with steps while a run waits.
 
 Stop (``worker_shutdown`` after a warm shutdown; at interpreter exit after a cold one, which
 Celery ends without that signal; in the main process, after the pool processes ended): stop the
@@ -19,9 +22,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 from typing import Any
 
-from celery import signals
+from celery import current_app, signals
 from celery.fixups.django import DjangoFixup
 from django.conf import settings
 from django.core.cache import close_caches
@@ -29,10 +33,12 @@ from django.db import close_old_connections, connections
 
 from agentconsole import heartbeat
 from runs.leases import release_dead_local
+from runs.sweeper import recover_dead_local
 
 log = logging.getLogger(__name__)
 
 _beating: heartbeat.HeartbeatThread | None = None
+_reaper: Reaper | None = None
 # The main process's pid: a pool process forked later inherits the atexit hook, and must not
 # release anything (billiard ends its processes with os._exit, but do not rely on it).
 _main_pid: int | None = None
@@ -47,11 +53,87 @@ def _release() -> None:
         connections.close_all()
 
 
+class Reaper:
+    """Calls ``recover_dead_local`` every ``interval_s`` from a daemon thread of the worker's
+    main process, until ``stop``. A round that fails (the database away) is logged and tried
+    again at the next tick; until then the leases lapse by their expiry, as without it."""
+
+    def __init__(self, *, queue: str | None, interval_s: float) -> None:
+        self.queue = queue
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-reaper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        # The first round at once: a predecessor on this host killed with SIGKILL.
+        while True:
+            try:
+                recover_dead_local(queue=self.queue)
+            except Exception as exc:
+                log.warning("could not recover dead processes' runs: %s", exc.__class__.__name__)
+            finally:
+                connections.close_all()  # back to the pool between rounds
+            if self._stop.wait(self.interval_s):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.interval_s + 5)
+
+
+def recovery_queue() -> str | None:
+    """Where the reaper sends a run: the control queue if this worker consumes it (ahead of
+    the backlog), else the first queue it consumes (a worker started with ``-Q`` naming other
+    queues, as the tests' workers are, must find the run itself)."""
+    consumed = list(current_app.amqp.queues.consume_from or ())
+    if settings.AGENTCONSOLE_CONTROL_QUEUE in consumed:
+        return str(settings.AGENTCONSOLE_CONTROL_QUEUE)
+    return consumed[0] if consumed else None
+
+
+# Pools a forked child inherited from its parent: kept, never used nor closed (see below).
+_inherited_pools: list[Any] = []
+_forget_registered = False
+
+
+def forget_inherited_pools() -> None:
+    """In a child just forked (``os.register_at_fork``): set the parent's PostgreSQL pools
+    aside, untouched; the child opens its own on first use.
+
+    The reaper uses the database from the main process, so the pool processes it forks later
+    (a replacement for one that died) inherit its pool: its sockets, and its lock, which the
+    reaper may hold at that instant. Celery's fixup closes the inherited pool in the child
+    (``worker_process_init``): closing sends PostgreSQL a Terminate on the parent's sockets,
+    ending the parent's sessions, and a lock held at the fork would never be released there.
+    Runs before any of the child's own code, whatever the order of Celery's signal handlers.
+    """
+    try:
+        # import here: psycopg may be absent (SQLite only), and then there is no pool
+        from django.db.backends.postgresql.base import DatabaseWrapper
+    except ImportError:  # no psycopg installed: no pool to inherit (SQLite)
+        return
+    # Django keeps each alias's pool in this class attribute (5.1+); no public way to forget one.
+    pools: dict[str, Any] = getattr(DatabaseWrapper, "_connection_pools", {})
+    _inherited_pools.extend(pools.values())
+    pools.clear()
+
+
 def on_worker_ready(sender: Any = None, **_: Any) -> None:
-    global _beating, _main_pid  # one heartbeat per worker main process
+    global _beating, _main_pid, _reaper  # one heartbeat and one reaper per worker main process
+    global _forget_registered  # one at-fork hook per process (it cannot be unregistered)
     _main_pid = os.getpid()
     atexit.register(on_worker_shutdown)
-    _release()
+    if not _forget_registered:
+        os.register_at_fork(after_in_child=forget_inherited_pools)
+        _forget_registered = True
+    if settings.AGENTCONSOLE_REAP_INTERVAL_S > 0:
+        _reaper = Reaper(queue=recovery_queue(), interval_s=settings.AGENTCONSOLE_REAP_INTERVAL_S)
+        _reaper.start()
+    else:  # off: a predecessor's runs still lapse at once; the sweep sends them on
+        _release()
     name = getattr(sender, "hostname", None) or "worker"
     _beating = heartbeat.HeartbeatThread(
         name=str(name),
@@ -62,12 +144,15 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
 
 
 def on_worker_shutdown(sender: Any = None, **_: Any) -> None:
-    global _beating
+    global _beating, _reaper
     if os.getpid() != _main_pid:
         return
     # Once: after a warm shutdown's signal the exit hook has nothing left to do (and a worker
     # started inside a test process would otherwise release on a dropped test database at exit).
     atexit.unregister(on_worker_shutdown)
+    if _reaper is not None:
+        _reaper.stop()
+        _reaper = None
     if _beating is not None:
         _beating.stop()
         _beating = None

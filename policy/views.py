@@ -76,8 +76,6 @@ def _decide(request: HttpRequest, confirmation_id: str, *, approved: bool) -> Ht
             request, "DECISION_INVALID", f"The decision form is not valid ({field}).", 400
         )
     reason = form.cleaned_data["reason"]
-    if not approved and not reason:
-        return _queue(request, error=DomainError("Say why you decline it.", code="REASON_REQUIRED"))
     try:
         state = run_services.confirmation_decide(
             confirmation_id=confirmation_id,

@@ -24,7 +24,7 @@ from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
-from runs.domain import model_planning
+from runs.domain import model_planning, timeline
 from runs.domain.budgets import (
     MAX_DEADLINE_MS,
     MAX_REPEATED_PROPOSAL_CEILING,
@@ -265,9 +265,22 @@ class RunCancel(APIView):
 
 
 class EventOut(serializers.ModelSerializer):
+    # The run page's own words for the event (runs.domain.timeline), as a live frame has them.
+    summary = serializers.SerializerMethodField()
+    tone = serializers.SerializerMethodField()
+
     class Meta:
         model = m.TraceEvent
-        fields = ["sequence", "event", "proposal_id", "details", "created_at"]
+        fields = ["sequence", "event", "proposal_id", "details", "created_at", "summary", "tone"]
+
+    def _said(self, row: m.TraceEvent) -> dict[str, str]:
+        return timeline.said({"sequence": row.sequence, "event": row.event, "details": row.details})
+
+    def get_summary(self, row: m.TraceEvent) -> str:
+        return self._said(row)["summary"]
+
+    def get_tone(self, row: m.TraceEvent) -> str:
+        return self._said(row)["tone"]
 
 
 class AfterQuery(serializers.Serializer):

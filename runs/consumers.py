@@ -36,6 +36,7 @@ from django.db import DatabaseError, connection
 from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
+from runs.domain import timeline
 from runs.doorbell import CONSOLE_GROUP, run_group
 from runs.socket_guard import (
     NOT_AUTHENTICATED,
@@ -84,17 +85,19 @@ def _read_events_after(run_id: str, after: int) -> list[dict[str, Any]]:
         # another. The socket's error closes it; its client reconnects with ``after``.
         connection.close()
         raise
-    return [
-        {
-            "type": "event",
-            "sequence": sequence,
-            "event": event,
-            "proposal_id": proposal_id,
-            "details": details,
-            "created_at": created_at.isoformat(),
-        }
-        for sequence, event, proposal_id, details, created_at in rows
-    ]
+    frames = []
+    for sequence, event, proposal_id, details, created_at in rows:
+        frame = {"sequence": sequence, "event": event, "details": details}
+        frames.append(
+            {
+                "type": "event",
+                **frame,
+                "proposal_id": proposal_id,
+                "created_at": created_at.isoformat(),
+                **timeline.said(frame),  # the page's own words for it (summary, tone)
+            }
+        )
+    return frames
 
 
 # The trace reads run in a few threads of their own, each keeping its connection between

@@ -15,6 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
@@ -42,8 +43,23 @@ def lease_ttl() -> timedelta:
 WATCH_INTERVAL_S = 0.2
 
 
+def local_host() -> str:
+    """The host part of this process's lease owners: the hostname and, on Linux, the pid
+    namespace (``/proc/self/ns/pid``'s inode).
+
+    ``release_dead_local`` judges a lease dead when its owner's pid does not exist here, so
+    it must only judge pids of its own namespace. Containers sharing their node's hostname
+    (Kubernetes ``hostNetwork``, Docker ``--uts=host``) each have a pid namespace of their own:
+    by hostname alone, one container's workers would take every other one's live runs."""
+    host = socket.gethostname()
+    try:
+        return f"{host}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # not Linux (or no /proc): the hostname alone
+        return host
+
+
 def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{local_host()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 # A run handed back to the queue (a fairness slice ended) names the one message that carries it.
@@ -178,15 +194,28 @@ def watch_tool(
         thread.join(2)
 
 
-def _pid_alive(pid: int) -> bool:
+def local_pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs. A zombie does not: it has exited and
+    waits to be reaped, by its parent or, orphaned (its worker's whole group killed), by the
+    host's init, which here took 1-2 s, all that time answering ``kill(pid, 0)`` (the soak)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, belongs to someone else
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:  # reaped meanwhile
+        return False
+    except OSError:  # no /proc (not Linux): what kill said
         return True
-    return True
+    # "pid (comm) state ...": comm may hold spaces and parentheses, the last ")" ends it.
+    return stat.rsplit(b")", 1)[-1].split()[:1] not in ([b"Z"], [b"X"])
 
+
+# A run a worker may still advance; a settled run's leftover lease holds nothing.
+ACTIVE_STATUSES = (Status.CREATED.value, Status.RUNNING.value, Status.CANCELLING.value)
 
 # Leases looked at per call: a host holds at most a few (one per pool process); bounded anyway.
 RELEASE_BATCH = 1000
@@ -195,32 +224,38 @@ RELEASE_BATCH = 1000
 def release_dead_local(
     *,
     host: str | None = None,
-    pid_alive: Callable[[int], bool] = _pid_alive,
+    pid_alive: Callable[[int], bool] = local_pid_alive,
     clock: Clock = SYSTEM_CLOCK,
+    active_only: bool = False,
 ) -> list[str]:
     """Lapse the leases held by processes of this host that no longer exist; their run ids.
 
-    A worker calls it when it starts (a predecessor on this host was killed) and when it stops
-    (after its pool processes ended, including one stopped mid-step at the end of the shutdown
-    bound). The lease then reads as lapsed at once, instead of after its expiry: the next sweep
-    sends the run on the control queue, ahead of the backlog, as for any worker whose lease
-    lapsed. The owner stays on the row: that is how the sweeper knows a worker died there.
-    (Clearing it, as this did before, made the run look merely idle: the sweeper waited until
-    it was stale, 30 s, and sent it behind the whole backlog; the soak saw such recoveries take
-    minutes.) Owners are ``host:pid:nonce`` (``new_owner``): this needs a hostname per machine
-    (or container) that no other worker host shares.
+    A worker's main process calls it when it starts (a predecessor on this host was killed),
+    every ``AGENTCONSOLE_REAP_INTERVAL_S`` while it runs (``runs.sweeper.recover_dead_local``:
+    a pool process or another worker on this host died) and when it stops (after its pool
+    processes ended, including one stopped mid-step at the end of the shutdown bound). The
+    lease then reads as lapsed at once, instead of after its expiry. The owner stays on the
+    row: that is how the sweeper knows a worker died there. (Clearing it, as this did once,
+    made the run look merely idle: the sweeper waited until it was stale, 30 s, and sent it
+    behind the whole backlog; the soak saw such recoveries take minutes.) Owners are
+    ``host:pid:nonce`` (``new_owner``), the host part ``local_host()``: a pid is only judged
+    by a process of its own host and pid namespace.
 
-    The race: a process that is alive is never touched; a dead one cannot renew, and the
-    conditional UPDATE on the exact owner changes nothing if another worker took the run
-    meanwhile. A lease already lapsed is left as it is (and not counted again).
+    ``active_only``: only runs a worker may still advance (created, running, cancelling), which
+    the ``run_status_lease`` index finds without reading settled runs: the periodic call.
+
+    The race: a process that is alive is never touched (a slow step keeps its lease); a dead
+    one cannot renew, and the conditional UPDATE on the exact owner changes nothing if another
+    worker took the run meanwhile. A lease already lapsed is left as it is (and not counted
+    again). A pid reused by a new process reads as alive: the lease then lapses by its expiry.
     """
-    host = host or socket.gethostname()
+    host = host or local_host()
     now = as_datetime(clock.now_ms())
-    held = Run.objects.filter(
-        lease_owner__startswith=f"{host}:", lease_expires_at__gte=now
-    ).values_list("id", "lease_owner")
+    held = Run.objects.filter(lease_owner__startswith=f"{host}:", lease_expires_at__gte=now)
+    if active_only:
+        held = held.filter(status__in=ACTIVE_STATUSES)
     released = []
-    for run_id, owner in held[:RELEASE_BATCH]:
+    for run_id, owner in held.values_list("id", "lease_owner")[:RELEASE_BATCH]:
         parts = (owner or "").split(":")
         pid = parts[1] if len(parts) >= 3 else ""
         if not pid.isdigit() or pid_alive(int(pid)):

@@ -262,6 +262,7 @@ def run_advance(
 
 
 DECIDE_ATTEMPTS = 3  # a decision that lost a compare-and-set looks again, this many times
+REASON_REQUIRED = "REASON_REQUIRED"
 
 
 def confirmation_decide(
@@ -298,6 +299,10 @@ def confirmation_decide(
     item was decided meanwhile is told by whom (CONFIRMATION_NOT_PENDING).
     """
     reason = redact_secrets(reason.strip())
+    if not approved and not reason and user_or_none(by) is not None:
+        # One rule for the console and the API: a person who declines says why (it reaches
+        # the run's owner and the trace). A scenario file replayed declines as written.
+        raise DomainError("Say why you decline it.", code=REASON_REQUIRED)
     ctx = resolve(ctx)
     store = ctx.store()
     for _ in range(DECIDE_ATTEMPTS):

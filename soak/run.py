@@ -208,7 +208,7 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
             exits.callback(approver.stop.set)
 
             progress = Progress(redis_url, queue, env["AGENTCONSOLE_CONTROL_QUEUE"])
-            timeline = Timeline(redis_url, (queue, env["AGENTCONSOLE_CONTROL_QUEUE"]))
+            timeline = Timeline(redis_url, (queue, progress.control), listening=stack.listening)
             timeline.start(exits)
             kills = kill_phase(
                 stack,

@@ -69,6 +69,10 @@ class Stack:
     # Logs of killed processes, kept until the end so a failure can show what they said.
     graveyard: list[_Proc] = field(default_factory=list)
 
+    def listening(self) -> int:
+        """How many worker processes listen now (the rest are killed or restarting)."""
+        return sum(1 for w in self.workers if w.ready())
+
     def live_pids(self) -> set[int]:
         pids: set[int] = set()
         for w in self.workers:

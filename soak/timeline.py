@@ -5,12 +5,18 @@ A thread polls the held runs' rows (``POLL_S``) from the kill until the run move
 the first time each lease transition was seen, with the broker's queues at that moment:
 
 * ``lapse``: the dead worker's ``lease_expires_at`` (read right after the kill);
-* ``released``: the lease became free (a restarted worker's ``release_dead_local``);
+* ``lapsed``: the lease was lapsed before that, its owner kept (a worker's reaper on this host
+  found the process dead: ``runs.leases.release_dead_local``);
+* ``released``: the lease became free (no owner);
 * ``resent``: the sweeper reserved the run for a re-send (``queued:resent-…``), the reservation's
   hold, and where its message is: which queue and how many messages are ahead of it;
 * ``picked``: a worker's lease on the run (``host:pid:nonce``), and which of the run's queued
   messages left the broker then (the queue it was taken from);
-* ``moved``: the run's next committed trace event (the recovery time the soak reports).
+* ``moved``: the run's next committed trace event (the recovery time the soak reports);
+* ``no_worker_listening_s``: how long, until then, no worker process listened at all (every one
+  killed or restarting): a wait no recovery can shorten, for want of a process to run it;
+* ``killed_again_s``: the worker that took the run over was killed too, this long after the
+  first kill, before the run moved on (the recovery then counts a second one).
 
 Times are seconds after the kill. Transitions shorter than the poll interval may be missed; the
 ones that matter here last seconds.
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +50,7 @@ class Watched:
     lapse_at: float | None
     events: dict[str, Any] = field(default_factory=dict)
     done: bool = False
+    no_worker_s: float = 0.0
 
     def note(self, name: str, **extra: Any) -> None:
         if name not in self.events:
@@ -53,6 +61,7 @@ class Watched:
 class Timeline:
     redis_url: str
     queues: tuple[str, str]  # (runs, control)
+    listening: Callable[[], int] = lambda: 1  # how many worker processes listen now
     watched: list[Watched] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -135,6 +144,9 @@ class Timeline:
             open_ = [w for w in self.watched if not w.done]
         if not open_:
             return
+        if self.listening() == 0:
+            for w in open_:
+                w.no_worker_s += POLL_S
         rows = {
             r["id"]: dict(r)
             for r in m.Run.objects.filter(pk__in=[w.run_id for w in open_]).values(
@@ -148,10 +160,13 @@ class Timeline:
 
     def _step(self, w: Watched, row: dict[str, Any]) -> None:
         owner = row["lease_owner"]
+        expires = row["lease_expires_at"]
         if owner is None and "picked" not in w.events:
             w.note("released")
+        elif owner == w.dead_owner and expires and w.lapse_at is not None:
+            if expires.timestamp() - w.kill_at < w.lapse_at - 0.05:
+                w.note("lapsed")
         elif owner and owner.startswith(RESENT) and "resent" not in w.events:
-            expires = row["lease_expires_at"]
             hold = round(expires.timestamp() - time.time(), 1) if expires else None
             w.events.setdefault("_messages", self.where(w.run_id))
             w.note("resent", hold_s=hold, messages=w.events["_messages"])
@@ -171,6 +186,14 @@ class Timeline:
         out = []
         for w in self.watched:
             events = {k: v for k, v in w.events.items() if not k.startswith("_")}
+            took = moved.get(f"{w.run_id}@{w.kill_at}")
+            # The worker that took the run over was killed too before the run moved on: this
+            # recovery then includes a second one.
+            again = [
+                o.kill_at - w.kill_at
+                for o in self.watched
+                if o.run_id == w.run_id and took and 0 < o.kill_at - w.kill_at < took
+            ]
             out.append(
                 {
                     "run": w.run_id,
@@ -178,7 +201,9 @@ class Timeline:
                     "kill_at": round(w.kill_at, 2),
                     "lease_lapse_s": w.lapse_at,
                     **events,
-                    "moved_s": moved.get(f"{w.run_id}@{w.kill_at}"),
+                    "moved_s": took,
+                    "no_worker_listening_s": round(w.no_worker_s, 1),
+                    "killed_again_s": round(min(again), 2) if again else None,
                 }
             )
         return out

@@ -255,6 +255,14 @@ def describe(event: Mapping[str, Any]) -> Entry:
     )
 
 
+def said(event: Mapping[str, Any]) -> dict[str, str]:
+    """What a live frame or an events-API row says of its event beside its data: the same
+    ``summary`` and ``tone`` the run's page renders (the console's script shows them as they
+    come and holds no wording of its own)."""
+    entry = describe(event)
+    return {"summary": entry.summary, "tone": entry.tone.value}
+
+
 def _fold(group: StepGroup, entry: Entry) -> None:
     """What the step came to: its tool, the gate layers passed, a rejection, the outcome."""
     d = entry.details

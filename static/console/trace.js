@@ -4,7 +4,8 @@
 //    server replays what the page missed, then streams new events in order.
 // 2. Each event is appended to the timeline once: anything at or below the last sequence seen is
 //    a duplicate and dropped; a planner.output opens the next step's group (the rule of
-//    runs/domain/timeline.py, whose summaries are mirrored below).
+//    runs/domain/timeline.py). Each event comes with its summary and tone in the page's own
+//    words (timeline.said): this script renders them and holds no wording of its own.
 // 3. A dropped socket reconnects with after=<last seen>, so nothing is missed or repeated. After
 //    three failed connections (or without WebSocket) the page polls /api/runs/<id>/events/
 //    instead, and keeps trying the socket now and then.
@@ -24,94 +25,10 @@
 
   function setLive(text) { if (liveEl) liveEl.textContent = text; }
 
-  // -- summaries (runs/domain/timeline.py) ---------------------------------------------------
-  function v(d, k) { var x = d[k]; return x === null || x === undefined ? "?" : String(x); }
-  function fmt(text) {
-    return function (d) { return text.replace(/\{(\w+)\}/g, function (_, k) { return v(d, k); }); };
-  }
-  function layer(name, ok) {
-    return function (d) {
-      var r = d.result === undefined || d.result === null ? "passed" : String(d.result);
-      return [ok.indexOf(r) >= 0 ? "ok" : "warn", "Gate · " + name + ": " + r];
-    };
-  }
-  var SUMMARIES = {
-    "run.created": ["info", fmt("Run created (planner {planner}, {grants} grants)")],
-    "run.started": ["info", fmt("Run started")],
-    "state.transitioned": ["info", fmt("State: {from} → {to}")],
-    "planner.requested": ["info", fmt("Model asked ({endpoint}, {model}): waiting for its reply")],
-    "planner.output": ["info", function (d) {
-      var what = { tool: "a tool call", final: "a final answer" }[d.kind] || v(d, "kind");
-      return "Planner proposed " + what + " (" + v(d, "source") + ")";
-    }],
-    "proposal.received": [null, function (d) {
-      var text = "Proposal: " + v(d, "tool") + " v" + v(d, "version");
-      var u = d.cites_untrusted || [];
-      return u.length ? ["warn", text + ", derived from untrusted content (" + u.join(", ") + ")"]
-        : ["info", text];
-    }],
-    "proposal.schema.validated": [null, layer("schema", ["passed"])],
-    "policy.capability.checked": [null, layer("authorization", ["granted"])],
-    "policy.confirmation.checked": [null, layer("confirmation", ["not-required", "confirmed"])],
-    "proposal.rejected": ["bad", fmt("Gate · rejected at {layer}: {code}")],
-    "proposal.waiting-confirmation": ["warn", fmt("Waiting for a confirmation ({code})")],
-    "proposal.loop-detected": ["bad", fmt("Loop detected: {code} ({count} repeats)")],
-    "confirmation.decided": [null, function (d) {
-      var text = "Confirmation " + v(d, "decision") + " by " + v(d, "by");
-      var names = Array.isArray(d.approved_by) ? d.approved_by : [];
-      // Four eyes: name every approver (and who had approved an item then declined).
-      if (names.length > 1 || (names.length && d.decision !== "approved")) {
-        text += " (approved by " + names.join(", ") + ")";
-      }
-      return [d.decision === "approved" ? "ok" : "bad", text];
-    }],
-    "confirmation.approval-recorded": [null, function (d) {
-      var count = Array.isArray(d.approved_by) ? d.approved_by.length : "?";
-      return ["warn", "Approval " + count + " of " + v(d, "needed") + " by " + v(d, "by") +
-        ": waiting for a second approver"];
-    }],
-    "tool.started": ["info", fmt("Tool {tool} v{version} started")],
-    "tool.completed": [null, function (d) {
-      var tone = d.status === "succeeded" ? "ok" : d.status === "unknown" ? "warn" : "bad";
-      var text = "Tool " + v(d, "tool") + " " + v(d, "status") + " in " + v(d, "duration_ms") + " ms";
-      return [tone, d.code ? text + " (" + d.code + ")" : text];
-    }],
-    "tool.retrying": ["warn", fmt("Tool {tool} retrying (attempt {attempt})")],
-    "tool.recovered": ["warn", fmt("Tool {tool} recovered ({how})")],
-    "tool.result.validated": [null, function (d) {
-      if (d.valid === false) return ["bad", "Verification: output invalid"];
-      return ["ok", "Verification: output valid, " +
-        (d.verified ? "post-condition verified" : "no post-condition")];
-    }],
-    "tool.verification-failed": ["bad", fmt("Verification failed: {code}")],
-    "final.validated": ["ok", function (d) {
-      return "Final answer validated (cites " + ((d.citations || []).join(", ") || "nothing") + ")";
-    }],
-    "final.rejected": ["bad", fmt("Final answer rejected: {code}")],
-    "run.cancel-requested": ["warn", fmt("Cancel requested by {by}")],
-    "run.stopped": [null, function (d) {
-      var tone = d.status === "completed" ? "ok" : d.status === "failed" ? "bad" : "warn";
-      var text = "Run stopped: " + v(d, "reason") + " (" + v(d, "status") + ")";
-      if (!d.outcome_flag) return [tone, text];
-      // A completed run whose write did not take effect (runs/domain/writes.py): no success.
-      var n = 0;
-      ["writes_rejected", "writes_failed", "writes_unknown"].forEach(function (k) {
-        if (typeof d[k] === "number") n += d[k];
-      });
-      return ["warn", text + ", " + n + " write" + (n === 1 ? "" : "s") + " not applied"];
-    }],
-    "handoff.opened": ["warn", fmt("Handoff opened: {reason}")],
-    "handoff.claimed": ["info", fmt("Handoff claimed by {by}")],
-    "handoff.resolved": ["info", fmt("Handoff resolved: {action} by {by}")],
-    "run.values-erased": ["muted", fmt("Values erased at the user's request")]
-  };
-
+  // -- what an event says: the server's words (runs/domain/timeline.py), sent with each event --
   function describe(ev) {
-    var d = ev.details || {};
-    var s = SUMMARIES[ev.event];
-    if (!s) return ["muted", String(ev.event)];
-    var out = s[1](d);
-    return s[0] === null ? out : [s[0], out];
+    var tone = typeof ev.tone === "string" && /^[a-z]+$/.test(ev.tone) ? ev.tone : "muted";
+    return [tone, typeof ev.summary === "string" ? ev.summary : String(ev.event)];
   }
 
   // -- the timeline --------------------------------------------------------------------------

@@ -24,10 +24,12 @@ def approve(caller: kit.Persona, waiting: kit.Waiting, shown: str | None = None)
     )
 
 
-def decline(caller: kit.Persona, waiting: kit.Waiting, shown: str | None = None) -> Any:
+def decline(
+    caller: kit.Persona, waiting: kit.Waiting, shown: str | None = None, reason: str = "not now"
+) -> Any:
     return caller.post(
         f"/api/confirmations/{waiting.confirmation_id}/decline/",
-        {"proposal_hash": shown or waiting.proposal_hash},
+        {"proposal_hash": shown or waiting.proposal_hash, "reason": reason},
     )
 
 
@@ -188,6 +190,17 @@ def test_decline_records_who_and_resumes_the_run(
     (decided,) = kit.events_of(waiting.run_id, "confirmation.decided")
     assert (decided.details["decision"], decided.details["by"]) == ("declined", "operator")
     assert enqueued == [waiting.run_id]
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_a_decline_without_a_reason_is_refused_as_in_the_console(
+    people: kit.People, reason: str
+) -> None:
+    # One rule (issue 25 item 5): the service refuses it, for the API and the console alike.
+    waiting = kit.waiting_run(people.alice.user)
+    response = decline(people.operator, waiting, reason=reason)
+    kit.assert_error(response, 400, "REASON_REQUIRED")
+    assert_undecided(waiting)
 
 
 @pytest.mark.parametrize("decide", [approve, decline], ids=["approve", "decline"])

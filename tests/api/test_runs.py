@@ -369,7 +369,11 @@ def test_events_after_a_sequence_and_next_after_continues(people: kit.People) ->
         "proposal_id",
         "details",
         "created_at",
+        "summary",
+        "tone",
     }
+    # The console's words for it (runs.domain.timeline), as the run page and a live frame say.
+    assert everything["results"][0]["summary"].startswith("Run created")
 
     later = kit.assert_ok(people.alice.get(url, {"after": 5}))
     assert [e["sequence"] for e in later["results"]] == list(range(6, total + 1))

@@ -19,7 +19,7 @@ from tests.support.workers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "var" / "screenshots"
-DOCS = ROOT / "static" / "docs"
+DOCS = ROOT / "docs" / "screenshots"
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 CHROMIUM_ARGS = [

@@ -11,8 +11,8 @@ Chromium: ``AGENTCONSOLE_CHROMIUM``, else ``chromium`` on the PATH (Debian's pac
 missing every browser test skips, saying which.
 
 Screenshots go to ``var/screenshots/`` (test artifacts). With ``AGENTCONSOLE_SCREENSHOTS=docs``
-they are also written to ``static/docs/`` — the README's pictures (committed on purpose, so not on
-every run).
+they are also written to ``docs/screenshots/`` — the README's pictures (committed on purpose, so
+not on every run).
 """
 
 from __future__ import annotations

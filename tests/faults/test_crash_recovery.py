@@ -5,7 +5,10 @@ One real Celery worker (prefork, see CONCURRENCY) on a queue of its own, allowed
 process that runs the tool at one of three points (``before_tool``, ``during_tool``,
 ``after_effect``); other tests kill it from here, by pid, while the tool is in flight. The
 master forks a new pool process; the sweeper (run from this process, as its periodic task
-would) finds the ``started`` ledger row under the lapsed lease and enqueues the run again.
+would) finds the ``started`` ledger row under the lapsed lease and enqueues the run again. The
+worker's own reaper is off (``AGENTCONSOLE_REAP_INTERVAL_S=0``): these tests recover as from a
+worker that died on another host, and a cancel can land while nobody has taken the run yet.
+tests/faults/test_dead_process_reaped.py recovers through the reaper.
 
 What must hold afterwards, read only from what the system and the "external system" recorded:
 
@@ -54,7 +57,11 @@ CONCURRENCY = 15
 
 @pytest.fixture(scope="module")
 def workers(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    env = {"AGENTCONSOLE_ALLOW_CRASH_FAULTS": "1", "AGENTCONSOLE_LEASE_TTL_S": "2"}
+    env = {
+        "AGENTCONSOLE_ALLOW_CRASH_FAULTS": "1",
+        "AGENTCONSOLE_LEASE_TTL_S": "2",
+        "AGENTCONSOLE_REAP_INTERVAL_S": "0",
+    }
     with fk.cluster(tmp_path_factory, workers=1, concurrency=CONCURRENCY, extra_env=env) as c:
         yield c
 

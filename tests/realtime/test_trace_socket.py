@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from rest_framework.authtoken.models import Token
 from agentconsole import wiring
 from agentconsole.asgi import application
 from runs import consumers
-from runs.domain import lifecycle
+from runs.domain import lifecycle, timeline
 from runs.domain.errors import VersionConflict
 from runs.models import TraceEvent
 from runs.scenarios import parse_scenario, run_scenario
@@ -230,8 +232,52 @@ def test_frames_hold_trace_summaries_only(personas):
 
     frames = async_to_sync(scenario)()
     assert {tuple(sorted(f)) for f in frames} == {
-        ("created_at", "details", "event", "proposal_id", "sequence", "type")
+        ("created_at", "details", "event", "proposal_id", "sequence", "summary", "tone", "type")
     }
     rows = list(TraceEvent.objects.filter(run_id=run_id).order_by("sequence"))
     assert [f["details"] for f in frames] == [r.details for r in rows]
     assert len(json.dumps(frames)) < 50_000
+
+
+def _page_lines(client: Client, run_id: str) -> dict[int, tuple[str, str]]:
+    """sequence -> (tone, summary) of each trace line the run's page renders."""
+    page = client.get(f"/runs/{run_id}/").content.decode()
+    found = re.findall(
+        r'<li class="trace-event tone-(\w+)" data-seq="(\d+)".*?'
+        r'<span class="trace-summary">(.*?)</span>',
+        page,
+    )
+    return {int(seq): (tone, html.unescape(text)) for tone, seq, text in found}
+
+
+def test_a_live_frame_says_what_the_page_says_of_the_same_event(personas):
+    # One rule for the wording (issue 25 item 5): the server sends each frame's summary and
+    # tone, the script only shows them; they are the page's own, line by line.
+    alice = personas["alice"]
+    run_id = _run_for(alice)
+
+    async def scenario():
+        comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", alice)
+        assert connected
+        frames, _ = await _replay(comm)
+        await comm.disconnect()
+        return frames
+
+    frames = async_to_sync(scenario)()
+    client = Client()
+    client.force_login(alice)
+    page = _page_lines(client, run_id)
+
+    assert len(frames) >= 5
+    assert {f["sequence"]: (f["tone"], f["summary"]) for f in frames} == page
+    assert any(f["summary"].startswith("Run stopped") for f in frames)
+
+
+def test_the_console_script_holds_no_event_wording():
+    # Every summary is written in runs/domain/timeline.py only: take the opening words of each
+    # event's summary and look for them in the script.
+    script = (Path(__file__).resolve().parents[2] / "static" / "console" / "trace.js").read_text()
+    for name in timeline._SUMMARIES:
+        summary = timeline.describe({"sequence": 1, "event": name, "details": {}}).summary
+        opening = " ".join(summary.split()[:2])
+        assert opening not in script, (name, opening)
