@@ -259,7 +259,8 @@ class StateCollector(Collector):
         )
 
     def _model_calls(self) -> Iterator[Metric]:
-        counts = calls_records.counts_by_endpoint()
+        by_kind = calls_records.counts_by_endpoint()
+        counts = by_kind[calls_records.MODEL]
         names = sorted(
             {endpoint for endpoint, _ in counts} | set(settings.AGENTCONSOLE_MODEL_ENDPOINTS)
         )
@@ -272,6 +273,17 @@ class StateCollector(Collector):
             )
             for endpoint in names:
                 family.add_metric([endpoint], counts.get((endpoint, status), 0))
+            yield family
+        # The MCP tool calls runs wait on in the gateway, by server (lane ``mcp:<server>``).
+        tools = by_kind[calls_records.TOOL]
+        servers = sorted({lane for lane, _ in tools})
+        for status, name, text in (
+            ("sending", "in_flight", "MCP tool calls the gateway is making now, by server."),
+            ("queued", "queued", "MCP tool calls waiting for a slot or a retry, by server."),
+        ):
+            family = GaugeMetricFamily(f"agentconsole_mcp_calls_{name}", text, labels=["server"])
+            for lane in servers:
+                family.add_metric([lane.removeprefix("mcp:")], tools.get((lane, status), 0))
             yield family
 
     def _shared(self) -> Iterator[Metric]:

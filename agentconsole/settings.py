@@ -351,15 +351,15 @@ AGENTCONSOLE_FAULTS_ENABLED = _env_bool("AGENTCONSOLE_FAULTS_ENABLED", "0")
 # logged and never appear in a proposal, an observation, the trace or a websocket frame.
 AGENTCONSOLE_TOOL_SECRETS: dict[str, dict[str, str]] = {}
 
-# Secrets of MCP servers (README "MCP tools"), by name: a server spec names the secrets it needs
-# (an environment variable of a stdio server, a header of an HTTP server) and the executor
-# injects the values at call time. From the environment: a JSON object of strings.
+# Secrets of MCP servers (docs/mcp.md), by name: a server spec names the secrets it needs (an
+# environment variable of a stdio server, a header of an HTTP server), injected at call time.
 AGENTCONSOLE_MCP_SECRETS: dict[str, str] = env.json_dict("AGENTCONSOLE_MCP_SECRETS")
-# The whole command lines (exact argv lists) a stdio MCP server may be started with: a stdio
-# server is a program the workers run, so the deployment names them; empty: stdio refused.
+# The whole command lines (exact argv lists) a stdio MCP server may be started with: a program
+# the workers or the gateway run, so the deployment names them; empty: stdio refused.
 AGENTCONSOLE_MCP_STDIO_COMMANDS: tuple[tuple[str, ...], ...] = env.mcp_stdio_commands()
-# How long listing a server's tools (register, refresh) may take.
+# How long listing a server's tools may take; MCP calls the gateway makes at once per server.
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
+AGENTCONSOLE_MCP_MAX_IN_FLIGHT = int(os.environ.get("AGENTCONSOLE_MCP_MAX_IN_FLIGHT", "16"))
 
 # Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of

@@ -39,6 +39,7 @@ from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_
 from policy.mcp import selectors as mcp_selectors
 from runs import tasks
 from runs.calls import doorbell as calls_doorbell
+from runs.calls.tools import Tools as GatewayTools
 from runs.context import RunsContext
 from runs.domain import model_planning
 from runs.domain.clock import SYSTEM_CLOCK, Clock
@@ -140,7 +141,9 @@ class _Registry:
         with self._lock:
             try:
                 mcp = mcp_selectors.mcp_contracts(
-                    call=call_tool, allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS
+                    call=call_tool,
+                    acall=call_tool_async,
+                    allowed_commands=settings.AGENTCONSOLE_MCP_STDIO_COMMANDS,
                 )
                 fresh = ToolRegistry(static + tuple(mcp))
             except RegistryError as exc:
@@ -165,6 +168,12 @@ def call_tool(*args: Any, **kwargs: Any) -> Any:
     from policy.mcp.client import call_tool as call  # import here: the mcp package, on use
 
     return call(*args, **kwargs)
+
+
+async def call_tool_async(*args: Any, **kwargs: Any) -> Any:
+    from policy.mcp.client import call_tool_async as call  # import here: in the gateway only
+
+    return await call(*args, **kwargs)
 
 
 def list_tools(*args: Any, **kwargs: Any) -> Any:
@@ -300,6 +309,17 @@ def gateway(clock: Clock = SYSTEM_CLOCK) -> Gateway:
         clock=clock,
         observe=observe_model_latency,
         doorbell=calls_doorbell.listen,
+        tools=gateway_tools,
+    )
+
+
+def gateway_tools() -> GatewayTools:
+    """The gateway's tools: the registry (the MCP tools accepted now) and their secrets."""
+    tools = registry()
+    return GatewayTools(
+        registry=tools,
+        secrets=mcp_selectors.mcp_secrets_for(tools, settings.AGENTCONSOLE_MCP_SECRETS),
+        max_in_flight=settings.AGENTCONSOLE_MCP_MAX_IN_FLIGHT,
     )
 
 

@@ -70,6 +70,29 @@ class ThreadExecutor:
             outcome = isolated(contract, args, ctx, command)
         else:
             outcome = self._call(lambda: contract.execute(args, ctx), command, cancel)
+        return self._conclude(outcome, command, contract, ctx, started)
+
+    def take(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        outcome: ToolOutcome,
+        duration_ms: int,
+    ) -> Execution:
+        """A call the gateway made (runs.calls), concluded as ``run`` concludes its own."""
+        ctx = self.context(command, contract, state, CancelSignal())
+        started = time.monotonic() - duration_ms / 1000
+        return self._conclude(outcome, command, contract, ctx, started)
+
+    def _conclude(
+        self,
+        outcome: ToolOutcome,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        ctx: ToolContext,
+        started: float,
+    ) -> Execution:
         reconciled = False
         if outcome.status is OutcomeStatus.UNKNOWN and contract.reconcile is not None:
             # seed §15: never retry blind under a new token; ask the world with the same one.
@@ -142,7 +165,7 @@ class ThreadExecutor:
         started: float,
         reconciled: bool,
     ) -> Execution:
-        outcome = _scrubbed(outcome, ctx.secrets)
+        outcome = scrubbed(outcome, ctx.secrets)
         violation = None
         verification = None
         if outcome.status is OutcomeStatus.SUCCEEDED:
@@ -174,11 +197,7 @@ class ThreadExecutor:
         state: RunState,
         cancel: CancelSignal,
     ) -> ToolContext:
-        secrets = {
-            k: v
-            for k, v in self.secrets.get(contract.name, {}).items()
-            if k in contract.secret_names
-        }
+        secrets = tool_secrets(self.secrets, contract)
         return ToolContext(
             run_id=state.run_id,
             subject=state.subject,
@@ -244,6 +263,13 @@ class ThreadExecutor:
             return Verification(ok=False, code="VERIFY_INTERNAL_ERROR")
 
 
+def tool_secrets(
+    secrets: Mapping[str, Mapping[str, str]], contract: ToolContract
+) -> dict[str, str]:
+    """The secrets a tool gets: those its contract names, of the ones configured for it."""
+    return {k: v for k, v in secrets.get(contract.name, {}).items() if k in contract.secret_names}
+
+
 def _checked(value: Any) -> ToolOutcome:
     if not isinstance(value, ToolOutcome):
         return ToolOutcome.failed(
@@ -252,7 +278,8 @@ def _checked(value: Any) -> ToolOutcome:
     return value
 
 
-def _scrubbed(outcome: ToolOutcome, secrets: Mapping[str, str]) -> ToolOutcome:
+def scrubbed(outcome: ToolOutcome, secrets: Mapping[str, str]) -> ToolOutcome:
+    """The outcome with the tool's secrets replaced wherever they show."""
     if not secrets:
         return outcome
     return outcome.model_copy(

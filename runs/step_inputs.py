@@ -21,7 +21,7 @@ from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.grants import CapabilityGrant
 from runs import models as m
 from runs.calls.models import ModelCall
-from runs.domain.calls import CallRecord, CallStatus
+from runs.domain.calls import CallKind, CallRecord, CallStatus
 from runs.domain.commits import Commit
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
@@ -58,7 +58,17 @@ class Unknown:
 UNKNOWN = Unknown()
 
 
-CALL_COLUMNS = ("step", "id", "status", "hints", "summary", "reply", "failure", "attempts")
+CALL_COLUMNS = (
+    "step",
+    "id",
+    "status",
+    "hints",
+    "summary",
+    "reply",
+    "failure",
+    "attempts",
+    "sent_at",
+)
 
 
 def call_read(where: dict[str, Any], **kw: Any) -> sqlbatch.Read:
@@ -66,8 +76,8 @@ def call_read(where: dict[str, Any], **kw: Any) -> sqlbatch.Read:
 
 
 def latest_call_read(run_id: str) -> sqlbatch.Read:
-    # The (run, step) unique index answers it.
-    return call_read({"run": run_id}, order_by=("-step",), limit=1)
+    # The latest model call; the (run, step) unique index of model calls answers it.
+    return call_read({"run": run_id, "kind": CallKind.MODEL.value}, order_by=("-step",), limit=1)
 
 
 def call_from_rows(rows: list[tuple[Any, ...]]) -> tuple[int, CallRecord] | None:
@@ -82,6 +92,7 @@ def call_from_rows(rows: list[tuple[Any, ...]]) -> tuple[int, CallRecord] | None
         reply=v["reply"],
         failure=v["failure"],
         attempts=v["attempts"],
+        sent=v["sent_at"] is not None,
     )
     return v["step"], record
 
@@ -133,7 +144,11 @@ def after(commit: Commit, state: RunState, before: Inputs | None) -> Inputs | No
     call = before.call
     if commit.model_request is not None or commit.abandon_calls:
         call = UNKNOWN
-    elif commit.consume_call is not None and isinstance(call, tuple):
+    elif (
+        commit.consume_call is not None
+        and isinstance(call, tuple)
+        and call[1].call_id == commit.consume_call  # not a tool call's (runs.domain.tool_waits)
+    ):
         step, record = call
         call = (step, dataclasses.replace(record, status=CallStatus.CONSUMED))
     return dataclasses.replace(

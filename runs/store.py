@@ -36,7 +36,7 @@ from policy.selectors import (
 )
 from policy.sqlbatch import Write
 from runs import models as m
-from runs.domain.calls import CallRecord, call_id
+from runs.domain.calls import CallRecord, call_id, tool_call_id
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, LeaseLost, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -119,7 +119,7 @@ class OrmRunStore:
     ) -> None:
         # Called after commit with (run_id, last_sequence): the realtime doorbell.
         self.on_commit_events = on_commit_events
-        # Called after a commit that recorded a model request: the gateway's doorbell.
+        # Called after a commit that recorded a model or tool call: the gateway's doorbell.
         self.on_call_requested = on_call_requested
         # When set, every write also requires that this worker still holds the run's lease.
         self.lease_owner = lease_owner
@@ -248,7 +248,8 @@ class OrmRunStore:
             # The realtime doorbell: rung only once the commit is durable (never a phantom).
             queues = after or commit.expire_pending_confirmations
             ring = functools.partial(self.on_commit_events, run_id, last_seq, queues_changed=queues)
-        if commit.model_request is not None and self.on_call_requested is not None:
+        requested = commit.model_request is not None or commit.tool_request is not None
+        if requested and self.on_call_requested is not None:
             ring = _both(ring, self.on_call_requested)
         try:
             if after or connection.in_atomic_block:
@@ -348,6 +349,12 @@ class OrmRunStore:
         if kept is not None and not isinstance(kept.call, Unknown):
             return kept.call[1] if kept.call is not None and kept.call[0] == step else None
         (found,) = sqlbatch.fetch([call_read({"id": call_id(run_id, step)})])
+        call = call_from_rows(found)
+        return call[1] if call is not None else None
+
+    def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
+        """The gateway's call of a command's attempt, if any (one indexed row)."""
+        (found,) = sqlbatch.fetch([call_read({"id": tool_call_id(run_id, token, attempt)})])
         call = call_from_rows(found)
         return call[1] if call is not None else None
 

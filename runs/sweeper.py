@@ -3,13 +3,13 @@
 1. Runs waiting for a confirmation past their deadline → cancelled (nothing runs while
    waiting), and their pending confirmation → expired.
 2. Active runs (created, running, cancelling) with no live lease that are stale (and not
-   waiting on an open model call), overdue, hold a ``started`` ledger row (a worker died
-   mid-tool), hold a model call answered but never taken, or whose worker's own lease lapsed
-   → marked as re-sent (for as long as the run has waited, at least ``STALE_AFTER``:
-   ``lease_reserve_for_resend``) and enqueued again; a run whose worker's lease lapsed goes to
-   the sweep's control queue, ahead of the backlog (``recovery_queue``). The worker that
-   takes the lease recovers the ledger row first (reconcile, or re-execute under the same
-   token, or handoff) and continues from the authoritative state.
+   waiting on an open model or tool call), overdue, hold a ``started`` ledger row no open
+   call explains (a worker died mid-tool), hold a call answered but never taken, or whose
+   worker's own lease lapsed → marked as re-sent (for as long as the run has waited, at least
+   ``STALE_AFTER``: ``lease_reserve_for_resend``) and enqueued again; a run whose worker's
+   lease lapsed goes to the sweep's control queue, ahead of the backlog (``recovery_queue``).
+   The worker that takes the lease recovers the ledger row first (reconcile, or re-execute
+   under the same token, or handoff) and continues from the authoritative state.
 
 Every step is a compare-and-set; a run that moved meanwhile is simply left for the next sweep.
 
@@ -97,7 +97,8 @@ def sweep(
             # re-sending it would only wake a worker to find nothing to do.
             (Q(updated_at__lt=now - STALE_AFTER) & ~Exists(calls.filter(status__in=OPEN)))
             | Q(deadline_ms__lte=now_ms)
-            | Exists(orphan)
+            # A started ledger row whose call is not the gateway's to make: its worker died.
+            | (Exists(orphan) & ~Exists(calls.filter(status__in=OPEN)))
             # Its model call was answered a while ago and no step took the reply: the
             # gateway's message was lost, or the worker died before its commit.
             | Exists(calls.filter(status__in=SETTLED, answered_at__lt=now - ANSWER_GRACE))

@@ -27,7 +27,8 @@ from policy.domain.canonical import TRACE_SCHEME
 from policy.sqlbatch import Write
 from runs import models as m
 from runs.calls.models import ModelCall
-from runs.domain.calls import OPEN, SETTLED, CallStatus
+from runs.domain.calls import OPEN, SETTLED, CallKind, CallStatus, request_hash
+from runs.domain.clock import as_datetime
 from runs.domain.commits import Commit
 from runs.domain.errors import VersionConflict
 from runs.domain.handoff import build_handoff_bundle
@@ -208,6 +209,27 @@ def _model_request(commit: Commit, at: At) -> list[Write]:
     return [sqlbatch.insert([row])]
 
 
+def _tool_request(commit: Commit, at: At) -> list[Write]:
+    if commit.tool_request is None:
+        return []
+    call_id, r = commit.tool_request
+    body = r.body()
+    row = ModelCall(
+        id=call_id,
+        run_id=at.run_id,
+        kind=CallKind.TOOL.value,
+        step=r.step,
+        subject=at.state.subject,
+        endpoint=r.lane,
+        model=r.tool[:128],
+        request=body,
+        request_hash=request_hash(body),
+        deadline_ms=r.deadline_ms,
+        not_before=as_datetime(r.not_before_ms) if r.not_before_ms else timezone.now(),
+    )
+    return [sqlbatch.insert([row])]
+
+
 def _model_consume(commit: Commit, at: At) -> list[Write]:
     # The step that took the reply commits with it: a worker that dies before this commit
     # finds the reply still there, and never asks the model again.
@@ -359,6 +381,7 @@ BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
     _grant_uses,
     _expired_confirmations,
     _model_request,
+    _tool_request,
     _model_consume,
     _calls_abandon,
 )

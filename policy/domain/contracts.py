@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import posixpath
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -220,6 +220,26 @@ Verify = Callable[[dict[str, Any], dict[str, Any], ToolContext], Verification]
 Reconcile = Callable[[str, dict[str, Any], ToolContext], ToolOutcome]
 Compensate = Callable[[dict[str, Any], ToolContext], ToolOutcome]
 SemanticCheck = Callable[[dict[str, Any], CallFacts], "tuple[str, str] | None"]
+# Awaited by the waiting call just before the request that may have an effect goes out; False:
+# the call is no longer the caller's to make (not sent).
+BeforeSend = Callable[[], Awaitable[bool]]
+
+
+# The call of ``Waiting``: (arguments, ctx, *, timeout_ms, before_send) -> outcome, awaited.
+WaitingFn = Callable[..., Awaitable[ToolOutcome]]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A tool call that only waits on I/O (an MCP ``tools/call``), so a process built for
+    waiting can make it in its event loop instead of a worker thread (issue 22 item 4; the
+    gateway, ``runs.calls``). ``lane``: the calls that share a limit of calls in flight (one
+    MCP server). ``call`` takes the same arguments and context as ``execute``, a
+    ``timeout_ms`` (at most the contract's is used) and ``before_send``, awaited where an
+    effect may begin."""
+
+    lane: str
+    call: WaitingFn
 
 
 @dataclass(frozen=True)
@@ -270,6 +290,8 @@ class ToolContract:
     # Who may approve a confirmation of this tool (policy.domain.approvers); a deployment's or
     # profile's tool policy may choose another where the gate holds the proposal.
     approvers: ApproverRule = DEFAULT_RULE
+    # The same call, for a process built for waiting (None: it runs in the executor only).
+    waiting: Waiting | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.version:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -40,6 +40,7 @@ from policy.domain.contracts import (
     _SUBSCHEMA_LISTS,
     _SUBSCHEMA_MAPS,
     _SUBSCHEMA_ONE,
+    BeforeSend,
     CallFacts,
     ConfirmationMode,
     PathResource,
@@ -50,6 +51,7 @@ from policy.domain.contracts import (
     SubjectResource,
     ToolContext,
     ToolContract,
+    Waiting,
     _describes_object,
     open_objects,
 )
@@ -422,13 +424,20 @@ def _changed(arguments: dict[str, Any], facts: CallFacts) -> tuple[str, str]:
     return ("MCP_TOOL_CHANGED", "the server's tool changed since it was accepted")
 
 
-def mcp_contract(tool: AcceptedTool, *, call: McpCall) -> ToolContract:
+# ``policy.mcp.client.call_tool_async``: ``McpCall`` awaited, with ``before_send``.
+McpAsyncCall = Callable[..., Awaitable[ToolOutcome]]
+
+
+def mcp_contract(
+    tool: AcceptedTool, *, call: McpCall, acall: McpAsyncCall | None = None
+) -> ToolContract:
     """The contract of an accepted tool. Raises ``McpError`` or ``RegistryError`` when the
     listing and the policy do not make one (checked when the operator accepts).
 
     A tool the server lists differently now (or no longer lists) is still registered, so the
     gate refuses a proposal for it with ``MCP_TOOL_CHANGED`` at the semantic layer (before any
-    grant, confirmation or call) instead of an unknown-tool error."""
+    grant, confirmation or call) instead of an unknown-tool error. With ``acall`` the gateway
+    can make the call too (``waiting``), while the run holds no worker."""
     name = tool.listing.get("name")
     if not tool_name_ok(name):
         raise McpError("the tool's name is not an MCP tool name", code="MCP_TOOL_NAME_UNSUPPORTED")
@@ -450,6 +459,14 @@ def mcp_contract(tool: AcceptedTool, *, call: McpCall) -> ToolContract:
             timeout_ms=timeout_ms,
         )
 
+    async def wait(
+        arguments: dict[str, Any], ctx: ToolContext, *, timeout_ms: int, before_send: BeforeSend
+    ) -> ToolOutcome:
+        assert acall is not None  # noqa: S101 - only offered with one
+        return await acall(server, tool=name, arguments=arguments, ctx=ctx, pin=pin,
+                           read_only=read_only, timeout_ms=min(timeout_ms, tool.policy.timeout_ms),
+                           before_send=before_send)  # fmt: skip
+
     description = tool.listing.get("description")
     return ToolContract(
         name=contract_name(server.name, name),
@@ -470,6 +487,8 @@ def mcp_contract(tool: AcceptedTool, *, call: McpCall) -> ToolContract:
         # Only failures known to have had no effect are retryable (see McpCall).
         retry=RetryPolicy(max_attempts=2, backoff_ms=250),
         secret_names=server.secret_names(),
+        # One lane, one limit of calls in flight, per server (its name never holds ':').
+        waiting=Waiting(f"mcp:{server.name}", wait) if acall is not None else None,
     )
 
 

@@ -1,10 +1,11 @@
 """The MCP client adapter, on the official ``mcp`` SDK: list a server's tools, call one.
 
-Plain Python (no Django). The SDK is async; the executor runs a tool in a thread of its own,
-so each call here runs its own event loop (``anyio.run``) in that thread, with one session
-per call: a stdio server is a process started for the call and stopped after it, an HTTP
-server gets one streamable-HTTP session. No connection outlives a call, so no state is shared
-between workers or threads.
+Plain Python (no Django). The SDK is async. The executor runs a tool in a thread of its own,
+so ``call_tool`` runs its own event loop (``anyio.run``) in that thread; the gateway
+(``runs.calls``, issue 22) awaits ``call_tool_async`` on its event loop instead, so a run
+waiting on an MCP tool holds no worker. Either way one session per call: a stdio server is a
+process started for the call and stopped after it, an HTTP server gets one streamable-HTTP
+session. No connection outlives a call, so no state is shared between calls.
 
 Errors are classified by where the call got to (``call_tool``): until the ``tools/call``
 request is sent nothing can have happened, after it anything may have.
@@ -13,6 +14,7 @@ request is sent nothing can have happened, after it anything may have.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -29,7 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import RequestParamsMeta
 
 from policy.domain import strict_json
-from policy.domain.contracts import CancelSignal, ToolContext
+from policy.domain.contracts import BeforeSend, CancelSignal, ToolContext
 from policy.domain.mcp import (
     IDEMPOTENCY_META_KEY,
     TRACE_HEADERS,
@@ -206,6 +208,7 @@ class _Call:
     timeout_s: float
     errlog: TextIO
     read_only: bool
+    before_send: BeforeSend | None = None
     sent: bool = False
 
     async def run(self) -> ToolOutcome:
@@ -229,6 +232,10 @@ class _Call:
                 if ctx.cancel.cancelled:
                     return ToolOutcome.failed(
                         "CANCELLED", "cancelled before the call", retryable=False
+                    )
+                if self.before_send is not None and not await self.before_send():
+                    return ToolOutcome.failed(
+                        "CANCELLED", "the call is no longer ours to make", retryable=False
                     )
                 self.sent = True
                 try:
@@ -295,12 +302,40 @@ def call_tool(
     timeout_ms: int,
 ) -> ToolOutcome:
     """Call ``tool`` if the server still lists it as accepted (``pin``); see ``McpCall``.
+    The executor's way: in the calling thread, on an event loop of its own."""
+    call = functools.partial(
+        call_tool_async,
+        server,
+        tool=tool,
+        arguments=arguments,
+        ctx=ctx,
+        pin=pin,
+        read_only=read_only,
+        timeout_ms=timeout_ms,
+    )
+    return cast(ToolOutcome, _run_sync(call))
+
+
+async def call_tool_async(
+    server: McpServerSpec,
+    *,
+    tool: str,
+    arguments: dict[str, Any],
+    ctx: ToolContext,
+    pin: str,
+    read_only: bool,
+    timeout_ms: int,
+    before_send: BeforeSend | None = None,
+) -> ToolOutcome:
+    """``call_tool`` on the caller's event loop (the gateway's way, ``runs.calls``).
 
     1. Connect and list the tools (one session): the pin is checked against what this very
        server instance says now, not against a cache. Changed or gone: rejected, not called.
-    2. Send ``tools/call`` with the token in ``_meta``; from here on a timeout, a cancel or a
-       broken connection may have left an effect: ``unknown`` for a write.
+    2. Await ``before_send`` (the gateway records that the request goes out; False: not sent),
+       then send ``tools/call`` with the token in ``_meta``; from here on a timeout, a cancel
+       or a broken connection may have left an effect: ``unknown`` for a write.
     3. Map the result (``result_outcome``): untrusted content, or ``MCP_TOOL_ERROR``.
+    A cancellation of the calling task passes through (its caller knows what was sent).
     """
     try:
         # Checked here, not in the session: inside the SDK's task groups it would arrive
@@ -310,9 +345,10 @@ def call_tool(
         return ToolOutcome.failed("MCP_SECRET_MISSING", "a secret of the server is not set",
                                   retryable=False)  # fmt: skip
     with _devnull() as errlog:
-        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog, read_only)
+        call = _Call(server, tool, arguments, ctx, pin, timeout_ms / 1000, errlog, read_only,
+                     before_send)  # fmt: skip
         try:
-            outcome = _run_sync(call.bounded)
+            outcome = await call.bounded()
         except Exception as exc:  # the SDK's task groups raise groups of many kinds: one answer
             log.warning("mcp %s/%s: %s (sent=%s)", server.name, tool, type(exc).__name__, call.sent)
             return _interrupted(sent=call.sent, read_only=read_only, code="MCP_TRANSPORT_ERROR")

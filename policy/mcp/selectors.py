@@ -13,6 +13,7 @@ from policy.domain.contracts import ToolContract
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.mcp import (
     AcceptedTool,
+    McpAsyncCall,
     McpCall,
     McpServerSpec,
     McpToolPolicy,
@@ -57,7 +58,10 @@ def mcp_accepted_tools() -> list[AcceptedTool]:
 
 
 def mcp_contracts(
-    *, call: McpCall, allowed_commands: Sequence[Sequence[str]]
+    *,
+    call: McpCall,
+    allowed_commands: Sequence[Sequence[str]],
+    acall: McpAsyncCall | None = None,
 ) -> list[ToolContract]:
     """Contracts of the accepted tools. One that no longer builds (the code's rules grew
     stricter since it was accepted), or whose stdio command line the deployment no longer
@@ -72,7 +76,7 @@ def mcp_contracts(
             log.warning("mcp server %s left out: command line not allowed", server.name)
             continue
         try:
-            out.append(mcp_contract(tool, call=call))
+            out.append(mcp_contract(tool, call=call, acall=acall))
         except DomainError as exc:
             name = tool.listing.get("name")
             log.warning("mcp tool %s/%s left out: %s", tool.server.name, name, exc.code)

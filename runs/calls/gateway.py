@@ -1,11 +1,14 @@
-"""The gateway: one asyncio process that makes the model calls runs wait on (issue 22).
+"""The gateway: one asyncio process that makes the calls runs wait on (issue 22): model calls,
+and the calls of tools that only wait (MCP tools, ``runs.calls.tools``).
 
 Workers record requests (``runs.domain.calls``); the gateway sends them, thousands in flight in
 one process, and hands each answered run back to the workers. Its loop:
 
-1. Claim due calls, per endpoint within its limit of calls in flight, subjects in turn
-   (``records.claim``: a compare-and-set under a lease, one attempt recorded per send).
-2. Send each in a task of its own (``endpoints.send``); a task holds no database connection.
+1. Claim due calls, per model endpoint or MCP server within its limit of calls in flight,
+   subjects in turn (``records.claim``: a compare-and-set under a lease, one attempt recorded
+   per send).
+2. Send each in a task of its own (``endpoints.send``, ``tools.make``); a task holds no
+   database connection.
 3. A writer records finished attempts in batches (``records.settle``: the reply before anything
    acts on it), then sends the runs owed a worker back to the queue.
 4. A renewer extends the leases of the calls in flight and cancels the ones no longer ours (the
@@ -33,6 +36,8 @@ from django.db import close_old_connections, connections
 
 from runs.calls import endpoints as ep
 from runs.calls import records
+from runs.calls import tools as tool_calls
+from runs.calls.tools import Tools
 from runs.domain import model_planning as mp
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.planners.openai_planner import ModelEndpoint
@@ -64,6 +69,7 @@ class Gateway:
         observe: Observe | None = None,
         client_for: Callable[[ModelEndpoint], Any] = ep.client_for,
         doorbell: Callable[[asyncio.Event], Coroutine[Any, Any, None]] | None = None,
+        tools: Callable[[], Tools] | None = None,
     ) -> None:
         self.endpoints = dict(endpoints)
         self.owner = owner
@@ -73,6 +79,10 @@ class Gateway:
         self.clock = clock
         self.observe = observe
         self.doorbell = doorbell
+        # The tools it calls (issue 22 item 4), read again each round calls are claimed (an
+        # operator's acceptance reaches the next call). None: model calls only.
+        self.tools = tools
+        self._tool_set: Tools | None = None
         self._clients = {name: client_for(e) for name, e in self.endpoints.items()}
         # One thread, so one database connection for the whole process however many calls
         # wait; each database round is a short transaction (a claim, a batch of answers).
@@ -155,11 +165,16 @@ class Gateway:
         stray = records.fail_unknown_endpoints(known=self.endpoints, now=now)
         for run_id in stray:
             self.send_advance(run_id)
+        lanes = [(records.MODEL, n, e.max_in_flight) for n, e in self.endpoints.items()]
+        if self.tools is not None and (servers := records.due_lanes(kind=records.TOOL, now=now)):
+            self._tool_set = tool_set = self.tools()
+            lanes += [(records.TOOL, s, tool_set.max_in_flight) for s in servers]  # MCP servers
         out: list[records.Claimed] = []
-        for name, endpoint in self.endpoints.items():
+        for kind, lane, limit in lanes:
             out += records.claim(
-                endpoint=name,
-                limit=endpoint.max_in_flight,
+                kind=kind,
+                endpoint=lane,
+                limit=limit,
                 owner=self.owner,
                 now=now,
                 lease=self.lease,
@@ -181,8 +196,15 @@ class Gateway:
     # --- one call --------------------------------------------------------------------------------
 
     async def _send(self, c: records.Claimed) -> None:
-        endpoint = self.endpoints[c.endpoint]
         try:
+            if c.kind == records.TOOL:
+                mark = functools.partial(self._mark_sent, c)
+                result = await tool_calls.make(
+                    c, tools=self._tool_set, now_ms=self.clock.now_ms, mark_sent=mark
+                )
+                self._results.put_nowait(result)
+                return
+            endpoint = self.endpoints[c.endpoint]
             left_s = (c.deadline_ms - self.clock.now_ms()) / 1000
             if left_s <= 0:
                 failure = mp.CallFailure(mp.PLANNER_TIMEOUT, retryable=False)
@@ -247,6 +269,13 @@ class Gateway:
             http_status=sent.status,
             latency_ms=latency_ms,
         )
+
+    async def _mark_sent(self, c: records.Claimed) -> bool:
+        now = as_datetime(self.clock.now_ms())
+        mark = functools.partial(
+            records.mark_sent, owner=self.owner, call_id=c.call_id, attempt=c.attempt, now=now
+        )
+        return await self._in_db(mark)
 
     @staticmethod
     def _failed(

@@ -1,4 +1,7 @@
-"""The records of calls runs wait on (runs.domain.calls has the life of a call).
+"""The records of calls runs wait on (runs.domain.calls has the life of a call): a model
+planner's requests and, since issue 22 item 4, the calls of tools that only wait (MCP tools),
+one table told apart by ``kind``, so both share the gateway's claim, lease, fair turns and
+per-lane limit (``endpoint``: a model endpoint's name, or ``mcp:<server>``).
 
 Written only by ``runs.calls.records`` (the gateway's side) and ``runs.writers`` (a step's
 side: the request with the run's commit, the step that takes the reply, the stop that abandons
@@ -12,12 +15,18 @@ from django.db import models
 from django.db.models import Q
 
 from policy.domain.canonical import HASH_SCHEME
-from runs.domain.calls import CallStatus
+from runs.domain.calls import CallKind, CallStatus
 
 
 class ModelCall(models.Model):
-    id = models.CharField(primary_key=True, max_length=96)  # runs.domain.calls.call_id
+    # runs.domain.calls.call_id (a model call), tool_call_id (a tool call)
+    id = models.CharField(primary_key=True, max_length=96)
     run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="model_calls")
+    kind = models.CharField(
+        max_length=8,
+        choices=[(k.value, k.value) for k in CallKind],
+        default=CallKind.MODEL.value,
+    )
     step = models.PositiveIntegerField()
     # Whose turn it is: the gateway serves subjects in turn within an endpoint's limit.
     subject = models.CharField(max_length=128)
@@ -41,17 +50,29 @@ class ModelCall(models.Model):
     not_before = models.DateTimeField()
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The model's reply, or a tool call's outcome (runs.domain.calls.tool_reply).
     reply = models.JSONField(null=True, blank=True)
+    # A tool call: when ``tools/call`` first went out (marked before it does). A call lost with
+    # its gateway after this may have had its effect.
+    sent_at = models.DateTimeField(null=True, blank=True)
     failure = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     answered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "step"], name="model_call_run_step_unique"),
+            # One model call per planner step (a tool call's id names its command and attempt).
+            models.UniqueConstraint(
+                fields=["run", "step"],
+                condition=Q(kind=CallKind.MODEL.value),
+                name="model_call_run_step_unique",
+            ),
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in CallStatus]),
                 name="model_call_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in CallKind]), name="model_call_kind_valid"
             ),
             # A call being sent names who sends it and until when.
             models.CheckConstraint(

@@ -1,4 +1,5 @@
-"""Every write of a model call made outside a run's commit, and the reads around them.
+"""Every write of a call made outside a run's commit (a model call, or a tool call: ``kind``),
+and the reads around them.
 
 Called by the gateway (in its database threads), the sweeper and the metrics. Each write is a
 compare-and-set on the call's status (and, while it is being sent, on its lease), so a gateway
@@ -21,20 +22,23 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, F, Q, Value, Window
+from django.db.models.functions import Coalesce, RowNumber
 
 from policy import sqlbatch
 from runs.calls.models import CallAttempt, ModelCall
-from runs.domain.calls import OPEN, CallStatus
+from runs.domain.calls import OPEN, CallKind, CallStatus
 
 SENDING = CallStatus.SENDING.value
 QUEUED = CallStatus.QUEUED.value
+MODEL = CallKind.MODEL.value
+TOOL = CallKind.TOOL.value
 
 
 @dataclass(frozen=True)
 class Claimed:
-    """A call this gateway now sends: attempt ``attempt`` (counted from one, lost ones too)."""
+    """A call this gateway now sends: attempt ``attempt`` (counted from one, lost ones too).
+    ``sent``: a tool call whose ``tools/call`` already went out in an earlier attempt."""
 
     call_id: str
     run_id: str
@@ -42,6 +46,9 @@ class Claimed:
     body: dict[str, Any]
     deadline_ms: int
     attempt: int
+    kind: str = MODEL
+    subject: str = ""
+    sent: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,21 +68,27 @@ class Result:
     latency_ms: int | None = None
 
 
-def _due(endpoint: str, now: datetime) -> Any:
+def _due(kind: str, now: datetime) -> Any:
     # Queued and due, or being sent by a gateway whose lease lapsed (it died or hangs).
-    return ModelCall.objects.filter(endpoint=endpoint).filter(
+    return ModelCall.objects.filter(kind=kind).filter(
         Q(status=QUEUED, not_before__lte=now) | Q(status=SENDING, lease_expires_at__lt=now)
     )
 
 
-def in_flight(endpoint: str, now: datetime) -> int:
+def due_lanes(*, kind: str, now: datetime) -> list[str]:
+    """The lanes (``endpoint``) with calls of ``kind`` due: the MCP servers to claim for."""
+    return list(_due(kind, now).values_list("endpoint", flat=True).distinct()[:1000])
+
+
+def in_flight(endpoint: str, now: datetime, kind: str = MODEL) -> int:
     return ModelCall.objects.filter(
-        endpoint=endpoint, status=SENDING, lease_expires_at__gte=now
+        kind=kind, endpoint=endpoint, status=SENDING, lease_expires_at__gte=now
     ).count()
 
 
 def claim(
     *,
+    kind: str = MODEL,
     endpoint: str,
     limit: int,
     owner: str,
@@ -83,7 +96,8 @@ def claim(
     lease: timedelta,
     batch: int,
 ) -> list[Claimed]:
-    """Take up to ``batch`` due calls of ``endpoint``, within its limit of calls in flight.
+    """Take up to ``batch`` due calls of ``kind`` in the lane ``endpoint`` (a model endpoint,
+    an MCP server), within its limit of calls in flight.
 
     1. Lock the endpoint's claims (PostgreSQL: an advisory lock for this transaction).
     2. Free slots = ``limit`` - calls being sent under a live lease.
@@ -103,12 +117,13 @@ def claim(
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"agentconsole.calls:{endpoint}"]
                 )
-        free = min(batch, limit - in_flight(endpoint, now))
+        free = min(batch, limit - in_flight(endpoint, now, kind))
         if free <= 0:
             return []
         turn = Window(RowNumber(), partition_by=[F("subject")], order_by=[F("created_at"), F("id")])
         picked = list(
-            _due(endpoint, now)
+            _due(kind, now)
+            .filter(endpoint=endpoint)
             .exclude(lease_owner=owner)
             .annotate(turn=turn)
             .order_by("turn", "created_at", "id")
@@ -122,12 +137,12 @@ def claim(
         until = now + lease
         # The race: a run's stop abandons a call between the pick and this UPDATE; the status
         # condition leaves it out, and the mark tells which rows this UPDATE took.
-        _due(endpoint, now).filter(id__in=ids).update(
+        _due(kind, now).filter(endpoint=endpoint, id__in=ids).update(
             status=SENDING, lease_owner=mark, lease_expires_at=until, attempts=F("attempts") + 1
         )
         rows = list(
             ModelCall.objects.filter(id__in=ids, lease_owner=mark).values_list(
-                "id", "run_id", "request", "deadline_ms", "attempts"
+                "id", "run_id", "request", "deadline_ms", "attempts", "subject", "sent_at"
             )
         )
         ModelCall.objects.filter(id__in=[r[0] for r in rows]).update(lease_owner=owner)
@@ -136,15 +151,27 @@ def claim(
                 finished_at=now, outcome="lost"
             )
         CallAttempt.objects.bulk_create(
-            [
-                CallAttempt(call_id=pk, attempt=attempts, owner=owner, started_at=now)
-                for pk, _, _, _, attempts in rows
-            ]
+            [CallAttempt(call_id=r[0], attempt=r[4], owner=owner, started_at=now) for r in rows]
         )
     return [
-        Claimed(pk, run_id, endpoint, body, deadline_ms, attempts)
-        for pk, run_id, body, deadline_ms, attempts in rows
+        Claimed(pk, run_id, endpoint, body, deadline_ms, attempts, kind, subject, sent is not None)
+        for pk, run_id, body, deadline_ms, attempts, subject, sent in rows
     ]
+
+
+def mark_sent(*, owner: str, call_id: str, attempt: int, now: datetime) -> bool:
+    """Record that a tool call's request goes out now, before it does; False if the call is no
+    longer this attempt's (the run let go of it, or another gateway took it): not sent.
+
+    The race: a run's stop abandons the call while the gateway is about to send. Both write
+    the call's row, so they serialize: the abandon first, and this matches no row (not sent);
+    this first, and the run's step sees the call as sent (its effect may exist)."""
+    return (
+        ModelCall.objects.filter(
+            id=call_id, status=SENDING, lease_owner=owner, attempts=attempt
+        ).update(sent_at=Coalesce(F("sent_at"), Value(now)))
+        == 1
+    )
 
 
 def settle(results: Sequence[Result], *, owner: str, now: datetime) -> list[str]:
@@ -223,7 +250,7 @@ def release(*, owner: str, ids: Sequence[str]) -> int:
 def fail_unknown_endpoints(*, known: Iterable[str], now: datetime) -> list[str]:
     """Calls due for an endpoint no longer configured fail with PLANNER_ENDPOINT_UNKNOWN (the
     code a run gets when its endpoint is removed before its step); their run ids."""
-    stray = ModelCall.objects.filter(status=QUEUED, not_before__lte=now).exclude(
+    stray = ModelCall.objects.filter(kind=MODEL, status=QUEUED, not_before__lte=now).exclude(
         endpoint__in=list(known)
     )
     ids = list(stray.values_list("id", flat=True)[:500])
@@ -240,11 +267,15 @@ def fail_unknown_endpoints(*, known: Iterable[str], now: datetime) -> list[str]:
     )
 
 
-def counts_by_endpoint() -> dict[tuple[str, str], int]:
-    """Open calls by (endpoint, status): the metrics' calls in flight and queued."""
+def counts_by_endpoint() -> dict[str, dict[tuple[str, str], int]]:
+    """Open calls by kind, then by (lane, status): the metrics' calls in flight and queued
+    (one query for model endpoints and MCP servers alike)."""
     rows = (
         ModelCall.objects.filter(status__in=[s.value for s in OPEN])
-        .values_list("endpoint", "status")
+        .values_list("kind", "endpoint", "status")
         .annotate(n=Count("id"))
     )
-    return {(endpoint, status): n for endpoint, status, n in rows}
+    out: dict[str, dict[tuple[str, str], int]] = {MODEL: {}, TOOL: {}}
+    for kind, endpoint, status, n in rows:
+        out.setdefault(kind, {})[(endpoint, status)] = n
+    return out

@@ -29,7 +29,7 @@ from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
 from runs.domain import trace as ev
 from runs.domain import writes
-from runs.domain.calls import ModelRequest
+from runs.domain.calls import ModelRequest, ToolRequest
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, Event, Status, StopReason, transition
 from runs.domain.state import RunState
@@ -111,6 +111,9 @@ class Commit:
     # A model planner's request, recorded with the run (runs.domain.calls): the call's id and
     # what to send. The run then waits for the gateway, holding no worker.
     model_request: tuple[str, ModelRequest] | None = None
+    # A command's call made by the gateway (its contract can wait: an MCP tool), recorded
+    # with the command's intent or its retry: the call's id and what to make.
+    tool_request: tuple[str, ToolRequest] | None = None
     # The call whose recorded reply (or failure) this step took: it is consumed with the step.
     consume_call: str | None = None
     # The run stops or starts cancelling in this commit: its open calls are abandoned (the

@@ -15,7 +15,15 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
-from runs.domain.calls import OPEN, SETTLED, CallRecord, CallStatus, ModelRequest, call_id
+from runs.domain.calls import (
+    OPEN,
+    SETTLED,
+    CallRecord,
+    CallStatus,
+    ModelRequest,
+    call_id,
+    tool_call_id,
+)
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
@@ -156,16 +164,17 @@ class InMemoryRunStore:
 
     def _write_calls(self, commit: Commit) -> None:
         run_id = commit.state.run_id
-        if commit.model_request is not None:
-            cid, request = commit.model_request
-            self.calls[cid] = {
-                "run_id": run_id,
-                "request": request,
-                "status": CallStatus.QUEUED,
-                "reply": None,
-                "failure": None,
-                "attempts": 0,
-            }
+        for requested in (commit.model_request, commit.tool_request):
+            if requested is not None:
+                cid, request = requested
+                self.calls[cid] = {
+                    "run_id": run_id,
+                    "request": request,
+                    "status": CallStatus.QUEUED,
+                    "reply": None,
+                    "failure": None,
+                    "attempts": 0,
+                }
         if commit.consume_call is not None:
             self.calls[commit.consume_call]["status"] = CallStatus.CONSUMED
         if commit.abandon_calls:
@@ -191,19 +200,27 @@ class InMemoryRunStore:
             return True
 
     def model_call(self, run_id: str, step: int, version: int | None = None) -> CallRecord | None:
+        return self._call(call_id(run_id, step))
+
+    def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
+        return self._call(tool_call_id(run_id, token, attempt))
+
+    def _call(self, cid: str) -> CallRecord | None:
         with self._lock:
-            call = self.calls.get(call_id(run_id, step))
+            call = self.calls.get(cid)
             if call is None:
                 return None
-            request: ModelRequest = call["request"]
+            request = call["request"]
+            model = isinstance(request, ModelRequest)
             return CallRecord(
-                call_id=call_id(run_id, step),
+                call_id=cid,
                 status=call["status"],
-                hints=dict(request.hints),
-                summary=dict(request.summary),
+                hints=dict(request.hints) if model else {},
+                summary=dict(request.summary) if model else {},
                 reply=call["reply"],
                 failure=call["failure"],
                 attempts=call["attempts"],
+                sent=call.get("sent", False),
             )
 
     def _write_confirmations(self, commit: Commit) -> None:
@@ -266,6 +283,8 @@ class InMemoryRunStore:
                 raise IntegrityViolation("a confirmation is already pending", run_id=run_id)
         if commit.model_request is not None and commit.model_request[0] in self.calls:
             raise IntegrityViolation("a model call is already recorded", run_id=run_id)
+        if commit.tool_request is not None and commit.tool_request[0] in self.calls:
+            raise IntegrityViolation("a tool call is already recorded", run_id=run_id)
         if commit.consume_call is not None:
             call = self.calls.get(commit.consume_call)
             if call is None or call["status"] not in SETTLED:

@@ -70,6 +70,11 @@ class RunStore(Protocol):
         """The model call recorded for the run's ``step`` (runs.domain.calls), if any."""
         ...
 
+    def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
+        """The gateway's call of a command's ``attempt`` (runs.domain.calls), if one was
+        recorded (None: the command runs, or ran, in a worker)."""
+        ...
+
     def started_command(
         self, run_id: str, version: int | None = None
     ) -> tuple[ExecutableCommand, int] | None:
@@ -102,6 +107,18 @@ class Executor(Protocol):
         state: RunState,
         cancel: CancelSignal,
     ) -> tuple[str, Execution]: ...
+
+    def take(
+        self,
+        command: ExecutableCommand,
+        contract: ToolContract,
+        state: RunState,
+        outcome: ToolOutcome,
+        duration_ms: int,
+    ) -> Execution:
+        """The outcome of a call made elsewhere (the gateway), through the checks ``run``
+        makes after a call: reconcile an unknown outcome, scrub, output schema, verify."""
+        ...
 
 
 # Wraps a tool's execution: renews the worker's lease and turns a "cancelling" run into a

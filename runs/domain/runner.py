@@ -22,7 +22,7 @@ from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
-from runs.domain import lifecycle
+from runs.domain import lifecycle, tool_waits
 from runs.domain import telemetry as tel
 from runs.domain.calls import OPEN, SETTLED, call_id
 from runs.domain.clock import Clock, SystemClock
@@ -160,9 +160,11 @@ class Runner:
                 look_for_orphan = False
                 orphan = self.store.started_command(run_id, state.version)
                 if orphan is not None:
-                    # Intent committed, outcome never did: a worker died mid-tool. Settle that
+                    # Intent committed, outcome never did: the gateway makes its call (the run
+                    # waits, or takes the outcome), or a worker died mid-tool. Settle that
                     # command first, with its own token; never plan past an unknown effect.
-                    self._recover(state, *orphan)
+                    if tool_waits.take(self, state, *orphan):
+                        return state  # its call is the gateway's: this worker lets go
                     continue
             if slice_steps and _plans_next(state) and state.step - first_step >= slice_steps:
                 self.sliced = True
@@ -195,8 +197,8 @@ class Runner:
                     return self._integrity_stop(state, exc)
                 if stepping:
                     tel.describe_step(self.telemetry, step_span, commit, state=state)
-                if commit.model_request is not None:
-                    return applied  # the run waits for its model; this worker lets go
+                if commit.model_request is not None or commit.tool_request is not None:
+                    return applied  # the run waits for its call; this worker lets go
                 if commit.command is not None:
                     applied = self._execute(applied, commit.command)
                 carried = applied if self.store.inputs_kept(applied) else None
@@ -260,6 +262,7 @@ class Runner:
                 tokens=tokens,
             )
             commit.consume_call = consume
+            commit.tool_request = tool_waits.deferred(self, commit)
             if self.telemetry.enabled:
                 span.set(tel.decision_attributes(commit, self.registry))
         return commit
@@ -465,10 +468,12 @@ class Runner:
         execution: Execution,
         *,
         run_id: str = "",
+        consume: str | None = None,
     ) -> RunState:
         """Record the command's outcome, going on from ``state`` (the intent's commit) when the
         store knows its inputs; a cancel or decision that landed while the tool ran makes that
-        commit fail its compare-and-set, and it is built again on the run as read."""
+        commit fail its compare-and-set, and it is built again on the run as read. ``consume``:
+        the gateway's call whose outcome this is (runs.domain.tool_waits)."""
         run_id = state.run_id if state is not None else run_id
         kept = state is not None and self.store.inputs_kept(state)
         current = state if kept and state is not None else self.store.load(run_id, inputs=True)
@@ -477,7 +482,7 @@ class Runner:
             current = self._apply_fresh(run_id, lifecycle.deadline_during_tool)
 
         def build(cur: RunState) -> Commit:
-            return settle(
+            commit = settle(
                 cur,
                 command,
                 execution.outcome,
@@ -488,5 +493,7 @@ class Runner:
                 duration_ms=execution.duration_ms,
                 lookups=self.store.lookups(run_id),
             )
+            commit.consume_call = consume  # the gateway's call whose outcome this is
+            return commit
 
         return self._apply_fresh(run_id, build, first=current)

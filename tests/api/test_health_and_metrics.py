@@ -250,6 +250,24 @@ def test_model_calls_in_flight_and_queued_per_endpoint(people: People, settings:
     assert got['agentconsole_model_calls_in_flight{endpoint="idle"}'] == 0  # configured, idle
 
 
+def test_mcp_calls_in_flight_and_queued_per_server(people: People, settings: Any) -> None:
+    """issue 22 item 4: the MCP tool calls the gateway makes, by server, apart from models."""
+    settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
+    run_id = created_run(people.alice.user)
+    now = timezone.now()
+    for attempt, status in enumerate(["sending", "sending", "queued", "consumed"], 1):
+        m.ModelCall.objects.create(
+            id=f"{run_id}:tabc:{attempt}", run_id=run_id, kind="tool", step=1, subject="alice",
+            endpoint="mcp:notes", model="lookup", request={}, request_hash="0" * 64,
+            deadline_ms=0, status=status, not_before=now,
+            **({"lease_owner": "g", "lease_expires_at": now} if status == "sending" else {}),
+        )  # fmt: skip
+    got = samples(scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode())
+    assert got['agentconsole_mcp_calls_in_flight{server="notes"}'] == 2
+    assert got['agentconsole_mcp_calls_queued{server="notes"}'] == 1
+    assert not any("mcp:notes" in k for k in got)  # not a model endpoint
+
+
 def test_model_call_latency_histogram_per_endpoint(shared_key: str, settings: Any) -> None:
     settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
     metrics.observe_model_latency([("fast", 0.2), ("fast", 3.0), ("slow", 200.0)])

@@ -12,12 +12,7 @@ real processes by tests/faults/test_faultlab.py.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,44 +23,9 @@ from runs import services
 from runs.domain.budgets import RunBudgets
 from tests.calls import calls_kit as kit
 from tests.support import workers as w
+from tests.support.gateways import Gateways
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
-BASE_DIR = Path(__file__).resolve().parents[2]
-
-
-class Gateways:
-    """Gateway processes started with a cluster's environment (its database and queue)."""
-
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env = env
-        self.logs = logs
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def start(self) -> subprocess.Popen[str]:
-        with (self.logs / f"gateway-{len(self.procs)}.log").open("w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "manage.py", "gateway", "--shutdown-s", "1"],
-                cwd=BASE_DIR,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.procs.append(proc)
-        return proc
-
-    def log(self) -> str:
-        return "\n".join(
-            f"--- {p.name} ---\n{p.read_text()[-3000:]}" for p in sorted(self.logs.iterdir())
-        )
-
-    def kill(self, proc: subprocess.Popen[str]) -> None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def stop(self) -> None:
-        w.stop(self.procs)
 
 
 @pytest.fixture

@@ -20,6 +20,13 @@ from tests.mcp.mcp_kit import (
 )
 
 
+@pytest.fixture(autouse=True)
+def inline_calls(settings: Any) -> None:
+    """These tests drive runs in this process, with no gateway: the worker makes the MCP call
+    (``AGENTCONSOLE_MODEL_CALLS=inline``). tests/mcp/test_mcp_gateway.py has the gateway's."""
+    settings.AGENTCONSOLE_MODEL_CALLS = "inline"
+
+
 @pytest.fixture
 def mcp_secrets(settings: pytest.FixtureRequest) -> None:
     settings.AGENTCONSOLE_MCP_SECRETS = {"NOTES_TOKEN": TOKEN}  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
 """A small MCP server written with the official SDK (``MCPServer``, the SDK's FastMCP), for the
-MCP tests: ``lookup`` reads (and returns a prompt injection), ``post_note`` writes.
+MCP tests: ``lookup`` reads (and returns a prompt injection), ``post_note`` writes, ``nap``
+and ``slow_post`` read and write slowly.
 
     python notes_server.py --log calls.jsonl --variant variant.txt [--http PORT]
 
@@ -74,6 +75,20 @@ def build(log: Path, variant: str) -> MCPServer:
         record("slow", {}, ctx)
         await anyio.sleep(60)
         return "late"
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def nap(topic: str, seconds: float, ctx: Context) -> str:
+        """Read slowly: answers after ``seconds`` (a remote service that takes its time)."""
+        record("nap", {"topic": topic, "seconds": seconds}, ctx)
+        await anyio.sleep(seconds)
+        return f"Slow notes about {topic}."
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False))
+    async def slow_post(text: str, seconds: float, ctx: Context) -> dict[str, Any]:
+        """Post a note slowly (a write that takes ``seconds``)."""
+        record("slow_post", {"text": text, "seconds": seconds}, ctx)
+        await anyio.sleep(seconds)
+        return {"posted": True, "length": len(text)}
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def fail(ctx: Context) -> str:

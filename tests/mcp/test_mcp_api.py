@@ -101,7 +101,7 @@ def test_register_list_and_accept(operator: Persona, stdio_notes: NotesServer) -
     created = operator.post(SERVERS, stdio_notes.spec)
     assert created.status_code == 201, created.json()
     tools = {t["name"]: t for t in created.json()["tools"]}
-    assert set(tools) == {"lookup", "post_note", "whoami", "fail", "slow"}
+    assert set(tools) == {"lookup", "post_note", "whoami", "fail", "slow", "nap", "slow_post"}
     assert {t["state"] for t in tools.values()} == {"new"}
     # The schema the contract would get is closed at every depth.
     assert tools["lookup"]["input_schema"]["additionalProperties"] is False

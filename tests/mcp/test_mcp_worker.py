@@ -42,6 +42,8 @@ def mcp_worker(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory, notes_dir: Path
 ) -> Iterator[Worker]:
     env = {
+        # The worker makes the call (the gateway's way: tests/mcp/test_mcp_gateway_processes.py).
+        "AGENTCONSOLE_MODEL_CALLS": "inline",
         "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": TOKEN}),
         "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps([stdio_server(notes_dir).argv]),
     }
