@@ -57,7 +57,7 @@ DIGESTS = (
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0012_run_outcome")]
+    dependencies = [("runs", "0013_call_kinds")]
 
     operations = [
         *(
