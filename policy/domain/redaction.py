@@ -93,6 +93,10 @@ def _tagged(value: str) -> bool:
 Found = dict[str, int]
 
 
+# Scans of one text at most: each pass that changes it tags at least one more secret.
+_PASSES = 4
+
+
 class _Shapes:
     """The rules of one scanner, and for each text the alternation of only those it may match
     (one alternation of every rule tries each at every position: a hundred times slower on
@@ -204,7 +208,23 @@ class SecretScanner:
 
     def redact_text(self, text: str, found: Found | None = None) -> str:
         """``text`` with every secret replaced by its tag; the same object if nothing matched.
-        ``found``: filled with each tag put in and the length of the secret it replaced."""
+        ``found``: filled with each tag put in and the length of the secret it replaced.
+
+        Scanned again until nothing more matches (at most ``_PASSES`` times): a tag can uncover
+        a secret its first match hid, as in ``AKIA…sk-0123…``, where the key's tag leaves
+        ``]sk-0123…`` standing at a word boundary (found by hypothesis: redacting the result
+        again changed it). So what comes out is redacted for good."""
+        out = self._redact_once(text, found)
+        for _ in range(_PASSES - 1):
+            if out is text:
+                break
+            again = self._redact_once(out, found)
+            if again is out:
+                break
+            out = again
+        return out
+
+    def _redact_once(self, text: str, found: Found | None) -> str:
         out = text
         lowered = text.lower() if text.isascii() else None
         shapes = self._shapes.for_text(text, lowered)

@@ -7,7 +7,7 @@ import hashlib
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from policy.domain import redaction
@@ -170,6 +170,8 @@ def test_redaction_is_idempotent_on_text(text: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(json_values)
+# Found by hypothesis: the key's tag left "]sk-0123456789" at a word boundary, found next time.
+@example({"AKIAABCDEFGHIJKLMNOPQRSTUVWXYZsk-0123456789": None})
 def test_redaction_is_idempotent_on_json(value: object) -> None:
     once = SCANNER.redact(value)
     assert SCANNER.redact(once) == once
