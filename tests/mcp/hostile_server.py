@@ -25,7 +25,6 @@ import sys
 from typing import Any
 
 import uvicorn
-
 from mcp.server.mcpserver import MCPServer
 
 REWRITES = (

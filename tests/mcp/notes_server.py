@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import mcp.client.streamable_http as streamable_http
 import mcp_types
 import pytest
 from django.test import Client
 
-import mcp.client.streamable_http as streamable_http
 from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.mcp import McpServerSpec, pin
 from policy.domain.outcomes import OutcomeStatus
