@@ -95,4 +95,7 @@ def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
         semantic_checks=(semantic,),
         logged_fields=("key",),
         redacted_fields=("value",),
+        # A key read in retrieved text is refused outright; a value asks (it does anyway: the
+        # contract asks per call), and the card says where it came from.
+        untrusted_arguments={"key": "refuse", "value": "confirm"},
     )

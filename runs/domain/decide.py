@@ -227,7 +227,9 @@ def _tool(
     grants = list(grants)
     cited = _received(b, proposal, p_hash, contract, lookups)
     provenance = _provenance(b, proposal, cited, grants, lookups)
-    untrusted = bool(provenance.tainted())
+    # The card's flag: an argument derives from untrusted content, or the planner says it used
+    # some (a citation may only add).
+    untrusted = bool(provenance.tainted()) or TrustLabel.UNTRUSTED_CONTENT in cited.values()
     run = _run_view(b.s)
     decision = evaluate(
         proposal,

@@ -153,5 +153,8 @@ def contract() -> ToolContract:
         resource=RESOURCE,
         logged_fields=("path",),
         redacted_fields=("content",),
+        # The path steers where the write lands; the content is what a note is for, and may
+        # quote what the run read (policy.domain.argument_policy).
+        untrusted_arguments={"path": "confirm", "content": "carry"},
         max_input_bytes=110_000,
     )

@@ -54,4 +54,5 @@ def contract() -> ToolContract:
         timeout_ms=2_000,
         execute=execute,
         logged_fields=("text",),
+        untrusted_arguments={"text": "confirm"},
     )

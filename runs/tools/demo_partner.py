@@ -59,4 +59,6 @@ def contract() -> ToolContract:
         timeout_ms=2_000,
         execute=execute,
         logged_fields=("partner",),
+        # Which partner is told is never taken from retrieved text; what it is told may be.
+        untrusted_arguments={"partner": "refuse", "message": "carry"},
     )

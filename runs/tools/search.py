@@ -114,4 +114,7 @@ def contract() -> ToolContract:
         resource=CorpusResource(field="corpus", default="public"),
         logged_fields=("query", "corpus", "limit"),
         output_trust=TrustLabel.UNTRUSTED_CONTENT,
+        # A query may repeat what the run read: it searches the deployment's own corpus and
+        # sends nothing out.
+        untrusted_arguments={"query": "carry"},
     )

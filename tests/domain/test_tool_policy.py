@@ -22,8 +22,8 @@ from policy.domain.grants import MAX_PATTERN_INPUT, Constraint
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.proposals import ActionProposal, parse_planner_output
-from policy.domain.registry import ToolRegistry
 from policy.domain.provenance import ArgumentProvenance, LeafProvenance, Origin
+from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import (
     EMPTY,
     PROVENANCE_OVERFLOW,
