@@ -64,7 +64,8 @@ def main() -> int:
         from bench import core, peer, telemetry
 
         # peer: LangGraph beside us (the optional `bench` extra; says so when it is missing).
-        benches = [core.bench_gate, core.bench_persisted_steps, core.bench_step_growth,
+        benches = [core.bench_gate, core.bench_provenance, core.bench_persisted_steps,
+                   core.bench_step_growth,
                    peer.bench_langgraph_peer, telemetry.bench_otel_overhead]  # fmt: skip
         try:
             from bench import console, live, runs_in_flight

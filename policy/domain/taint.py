@@ -15,8 +15,10 @@ Matching rules (``ContentIndex.origins``), on the compact form ``c`` of an argum
 
 1. ``len(c) < MIN_TOKEN`` (a digit, ``ok``): too little to tell a copy from a coincidence; no
    origin is found (a planner's citation may still add one: ``cited_origins``);
-2. ``len(c) < MIN_CONTAIN``: the leaf is a whole leaf of the content, or occurs in its text as
-   a token (no letter or digit on either side: ``OPS-9`` in ``see OPS-9.``, not in ``OPS-91``);
+2. ``len(c) < MIN_CONTAIN``: the leaf is a whole leaf of the content, or one of its words
+   (punctuation trimmed: ``OPS-9`` in ``see OPS-9.``, not in ``OPS-91``), or a run of letters
+   and digits in one (``eve`` in ``?to=eve``); a short value of several words must occur with
+   no letter or digit on either side;
 3. ``len(c) < LONG``: ``c`` occurs anywhere in the compact content (an e-mail address, an IBAN
    written in groups, a URL inside a sentence);
 4. longer (a body, a note): the leaf shares a passage with the content. The content is cut
@@ -73,7 +75,10 @@ def fold(normal_text: str) -> str:
 
 
 def compact(folded_text: str) -> str:
-    return folded_text.replace(" ", "")
+    packed = folded_text.replace(" ", "")
+    # A space can separate a letter from its combining mark (NFKC spells a spacing cedilla
+    # as space + mark): joined again, they compose.
+    return packed if packed.isascii() else unicodedata.normalize("NFKC", packed)
 
 
 def leaves(value: Any, *, keys: bool = True) -> Iterator[str]:
@@ -123,7 +128,10 @@ class ContentIndex:
     _spaced_starts: list[int] = field(default_factory=list)
     _ids: list[str] = field(default_factory=list)
     _chunks: dict[str, str] = field(default_factory=dict)
+    # Each word (spaces apart, punctuation trimmed), each run of letters and digits in it, and
+    # each whole leaf (compact) → the first observation that holds it.
     _words: dict[str, str] = field(default_factory=dict)
+    _leaves: dict[str, str] = field(default_factory=dict)
     _joined: tuple[str, str] | None = None
     _compact_len: int = 0
     _spaced_len: int = 0
@@ -141,8 +149,11 @@ class ContentIndex:
         self._joined = None
         for i in range(0, len(packed) - CHUNK + 1, CHUNK):
             self._chunks.setdefault(packed[i : i + CHUNK], observation_id)
-        for word in _words(spaced):
+        for word in _tokens(spaced):
             self._words.setdefault(word, observation_id)
+        for leaf in packed.split(SEP):
+            if leaf:
+                self._leaves.setdefault(leaf, observation_id)
 
     def __bool__(self) -> bool:
         return bool(self._ids)
@@ -165,8 +176,11 @@ class ContentIndex:
             return self._overlap(spaced, packed, limit)
         if len(packed) >= MIN_CONTAIN:
             return self._find(compact_all, packed, self._compact_starts, limit, bounded=False)
-        found = self._find(compact_all, SEP + packed + SEP, self._compact_starts, limit)
-        return found | self._find(spaced_all, spaced, self._spaced_starts, limit, bounded=True)
+        if " " in spaced:
+            # A short value of several words: a token-bounded search of the spaced text.
+            return self._find(spaced_all, spaced, self._spaced_starts, limit, bounded=True)
+        # One short word: a whole leaf or a word of the text (the first that holds it).
+        return {o for o in (self._leaves.get(packed), self._words.get(packed)) if o is not None}
 
     def _find(
         self, text: str, needle: str, starts: list[int], limit: int, *, bounded: bool = False
@@ -186,14 +200,14 @@ class ContentIndex:
     def _overlap(self, spaced: str, packed: str, limit: int) -> set[str]:
         windows = {packed[i : i + CHUNK] for i in range(len(packed) - CHUNK + 1)}
         found = {self._chunks[w] for w in windows & self._chunks.keys()}
-        found |= {self._words[w] for w in set(_words(spaced)) & self._words.keys()}
+        found |= {self._words[w] for w in set(_long_words(spaced)) & self._words.keys()}
         return set(sorted(found)[:limit])
 
     def shared(self, spaced: str, packed: str) -> set[str]:
         """The pieces and words a long leaf shares with the content (the provenance of a long
         leaf a first-party text also holds in part: ``provenance._not_vouched``)."""
         windows = {packed[i : i + CHUNK] for i in range(len(packed) - CHUNK + 1)}
-        return (windows & self._chunks.keys()) | (set(_words(spaced)) & self._words.keys())
+        return (windows & self._chunks.keys()) | (set(_long_words(spaced)) & self._words.keys())
 
     def contains(self, observation_id: str, spaced: str, packed: str) -> bool:
         """Whether one observation's content holds the leaf as a whole leaf or a token, at any
@@ -219,7 +233,23 @@ class ContentIndex:
         return bool(packed) and packed in self._texts()[0]
 
 
-def _words(spaced: str) -> Iterable[str]:
+_ALNUM = re.compile(r"\w+")
+
+
+def _tokens(spaced: str) -> Iterable[str]:
+    """Each word of a text (punctuation trimmed) and each run of letters and digits in it, of
+    ``MIN_TOKEN`` characters or more: ``SEC-1:`` gives ``sec-1`` and ``sec``."""
+    for raw in spaced.replace(SEP, " ").split(" "):
+        word = raw.strip(_PUNCT)
+        if len(word) >= MIN_TOKEN:
+            yield word
+            for part in _ALNUM.findall(word):
+                if MIN_TOKEN <= len(part) < len(word):
+                    yield part
+
+
+def _long_words(spaced: str) -> Iterable[str]:
+    # The words of a long leaf worth looking up alone (an address, a URL pasted in a body).
     for raw in spaced.replace(SEP, " ").split(" "):
         word = raw.strip(_PUNCT)
         if len(word) >= MIN_CONTAIN:
