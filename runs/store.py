@@ -96,8 +96,8 @@ class OrmLookups:
         where = {"run": self.run_id, "observation_id": list(observation_ids)}
         return dict(_rows(m.Observation, ("observation_id", "trust"), where, order_by=("id",)))
 
-    def taint_index(self) -> RunIndex:
-        return run_index(self.run_id)
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
+        return run_index(self.run_id, observation_seq)
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         if not observation_ids:

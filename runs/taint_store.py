@@ -22,7 +22,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from policy.domain.taint import Entry, RunIndex
+from policy import sqlbatch
+from policy.domain.taint import Entry, RunIndex, entry_seq
 from runs import models as m
 
 KEPT_RUNS = 64
@@ -31,17 +32,29 @@ _LOCK = threading.Lock()
 _COLUMNS = ("seq", "observation_id", "trust", "text")
 
 
-def _read(run_id: str, since: int) -> list[Entry]:
-    rows = m.TaintEntry.objects.filter(run_id=run_id, seq__gte=since).order_by("seq")
-    return [Entry(*row) for row in rows.values_list(*_COLUMNS)]
+# How many sequence numbers a kept copy may be behind and still be read by their list (a plain
+# ``IN``, policy.sqlbatch); further behind, the entries are read by range.
+MAX_GAP = 64
 
 
-def run_index(run_id: str) -> RunIndex:
-    """The run's index with every entry committed so far (module docstring)."""
+def _read(run_id: str, since: int, upto: int | None) -> list[Entry]:
+    if upto is not None and 0 <= upto - since < MAX_GAP:
+        where = {"run": run_id, "seq": list(range(since, upto + 1))}
+        (rows,) = sqlbatch.fetch([sqlbatch.select(m.TaintEntry, _COLUMNS, where)])
+        return sorted((Entry(*row) for row in rows), key=lambda e: e.seq)
+    found = m.TaintEntry.objects.filter(run_id=run_id, seq__gte=since).order_by("seq")
+    return [Entry(*row) for row in found.values_list(*_COLUMNS)]
+
+
+def run_index(run_id: str, observation_seq: int | None = None) -> RunIndex:
+    """The run's index with every entry committed so far (module docstring). With the run's
+    ``observation_seq`` the entries that may exist past the kept copy are known by number:
+    one plain indexed read of those numbers."""
+    upto = entry_seq(observation_seq, "trusted-tool") if observation_seq is not None else None
     with _LOCK:
         kept = _KEPT.get(run_id)
     if kept is not None and kept.last_key is not None:
-        entries = _read(run_id, kept.last_seq)
+        entries = _read(run_id, kept.last_seq, upto)
         first = entries[0] if entries else None
         if first is not None and (first.seq, first.observation_id, len(first.text)) == (
             kept.last_key
@@ -52,7 +65,7 @@ def run_index(run_id: str) -> RunIndex:
             _keep(run_id, kept)
             return kept
     index = RunIndex()
-    index.extend(_read(run_id, 0))
+    index.extend(_read(run_id, 0, None))
     _keep(run_id, index)
     return index
 

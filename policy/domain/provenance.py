@@ -113,8 +113,12 @@ def _paths(value: Any, path: str, argument: str) -> Iterator[tuple[str, str, Any
         yield path, argument, value
 
 
-def argument_leaves(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
-    """(path, top-level argument, scalar) of each leaf; an empty object or list is a leaf."""
+def argument_leaves(arguments: Any) -> Iterator[tuple[str, str, Any]]:
+    """(path, top-level argument, scalar) of each leaf; an empty object or list is a leaf.
+    Arguments that are no object (the schema layer refuses them) are one leaf, path ``$``."""
+    if not isinstance(arguments, dict):
+        yield from _paths(arguments, "$", "$")
+        return
     for name, value in arguments.items():
         if isinstance(value, dict | list) and not value:
             yield name, name, value
@@ -123,7 +127,7 @@ def argument_leaves(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str, An
 
 
 def compute(
-    arguments: Mapping[str, Any],
+    arguments: Any,
     *,
     index: RunIndex,
     people: FirstParty,

@@ -47,8 +47,9 @@ class Lookups(Protocol):
 
     def ledger_has(self, idempotency_token: str) -> bool: ...
 
-    def taint_index(self) -> RunIndex:
-        """The run's provenance index (policy.domain.taint): every entry committed so far."""
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
+        """The run's provenance index (policy.domain.taint): every entry committed so far.
+        ``observation_seq``: the run's, as the step read it (the entries that may exist)."""
         ...
 
 

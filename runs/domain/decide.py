@@ -294,7 +294,7 @@ def _provenance(
     people = first_party(b.s.goal, ((g.grant_id, _constraint_values(g)) for g in grants))
     provenance = compute(
         proposal.arguments,
-        index=lookups.taint_index(),
+        index=lookups.taint_index(b.s.observation_seq),
         people=people,
         cited_untrusted=[i for i, t in cited.items() if t == TrustLabel.UNTRUSTED_CONTENT],
         overflow=b.s.taint_chars is None,

@@ -34,7 +34,7 @@ class _Lookups:
         obs = self.store.observations[self.run_id]
         return {i: obs[i].trust.value for i in observation_ids if i in obs}
 
-    def taint_index(self) -> RunIndex:
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
         with self.store._lock:
             return self.store.taint[self.run_id]
 

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     ConfirmationMode,
     PathResource,
@@ -155,6 +156,6 @@ def contract() -> ToolContract:
         redacted_fields=("content",),
         # The path steers where the write lands; the content is what a note is for, and may
         # quote what the run read (policy.domain.argument_policy).
-        untrusted_arguments={"path": "confirm", "content": "carry"},
+        untrusted_arguments={"path": ArgumentRule.CONFIRM, "content": ArgumentRule.CARRY},
         max_input_bytes=110_000,
     )

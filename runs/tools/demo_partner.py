@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
 from policy.domain.outcomes import ToolOutcome
 
@@ -60,5 +61,5 @@ def contract() -> ToolContract:
         execute=execute,
         logged_fields=("partner",),
         # Which partner is told is never taken from retrieved text; what it is told may be.
-        untrusted_arguments={"partner": "refuse", "message": "carry"},
+        untrusted_arguments={"partner": ArgumentRule.REFUSE, "message": ArgumentRule.CARRY},
     )
