@@ -24,9 +24,10 @@ from bench.trace_latency import _latencies, _measure
 
 DETAIL_EVENTS = 1_000
 DETAIL_PATH = "/runs/{run_id}/"
-# A search step writes 8 trace events (planner output, proposal received, schema, capability,
-# confirmation, tool started, tool completed, result validated); the run's start and end a few.
-EVENTS_PER_SEARCH = 8
+# A search step writes 9 trace events (planner output, proposal received, its provenance,
+# schema, capability, confirmation, tool started, tool completed, result validated); the run's
+# start and end a few.
+EVENTS_PER_SEARCH = 9
 
 
 def _run_with_events(owner: Any, tag: str, events: int) -> tuple[str, int, int]:

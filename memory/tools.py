@@ -14,6 +14,7 @@ from typing import Any
 from memory.domain.preferences import KeyPolicy, check_preference
 from memory.models import PreferenceHistory, PreferenceRecord
 from memory.services import preference_write
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     CallFacts,
     ConfirmationMode,
@@ -95,4 +96,7 @@ def contract(policies: Mapping[str, KeyPolicy]) -> ToolContract:
         semantic_checks=(semantic,),
         logged_fields=("key",),
         redacted_fields=("value",),
+        # A key read in retrieved text is refused outright; a value asks (it does anyway: the
+        # contract asks per call), and the card says where it came from.
+        untrusted_arguments={"key": ArgumentRule.REFUSE, "value": ArgumentRule.CONFIRM},
     )

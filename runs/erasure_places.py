@@ -54,6 +54,10 @@ ERASED: tuple[Place, ...] = (
     RUN,
     Place(m.TraceEvent, ("details",)),
     Place(m.Observation, ("content",)),
+    # The provenance index keeps observations' content in normal form (NFKC, spaces collapsed,
+    # case kept): a value as the user typed it is found there as in the observation. An erase
+    # changes an entry's length, so a worker's kept copy is read again (runs.taint_store).
+    Place(m.TaintEntry, ("text",)),
     # outcome: a tool's own code; verification: a tool's details or a reviewer's reason.
     Place(m.LedgerEntry, ("arguments", "outcome", "verification", "resource")),
     Place(m.Artifact, ("path",)),
@@ -167,6 +171,8 @@ NOT_REWRITTEN: dict[str, str] = {
     "runs.TraceEvent.hash_scheme": _HASH,
     "runs.Run.trace_head": _HASH,
     "runs.Observation.observation_id": _ID,
+    "runs.TaintEntry.observation_id": _ID,
+    "runs.TaintEntry.trust": _CODE,
     "runs.Observation.kind": _CODE,
     "runs.Observation.trust": _CODE,
     "runs.Observation.content_hash": _HASH,

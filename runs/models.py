@@ -86,6 +86,9 @@ class Run(models.Model):
     writes_rejected = models.PositiveIntegerField(null=True, default=0)
     writes_failed = models.PositiveIntegerField(null=True, default=0)
     writes_unknown = models.PositiveIntegerField(null=True, default=0)
+    # What the provenance index holds, in characters (policy.domain.taint.budget). NULL: it
+    # overflowed, or a run from before migration 0015_provenance: fail closed.
+    taint_chars = models.PositiveIntegerField(null=True, default=0)
     # Fault injection plan from a scenario file (trusted configuration, never planner output).
     faults = models.JSONField(default=dict, blank=True)
     # One worker at a time (not run state: never part of the version compare-and-set).
@@ -238,6 +241,31 @@ class Observation(models.Model):
         indexes = [
             # Loop guard: "was this content seen before in this run?" on every observation.
             models.Index(fields=["run", "content_hash"], name="observation_run_content"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.observation_id} ({self.trust})"
+
+
+class TaintEntry(models.Model):
+    """One observation's content in the run's provenance index (policy.domain.taint): its
+    untrusted parts, or a trusted tool's result, as ``normal`` text. Written in the commit of
+    the observation; read by a step only past the entries a worker already holds."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="taint_entries")
+    seq = models.PositiveBigIntegerField()
+    observation_id = models.CharField(max_length=64)
+    trust = models.CharField(max_length=32)
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            # Also the index of the step's read: entries of a run past a sequence number.
+            models.UniqueConstraint(fields=["run", "seq"], name="taint_entry_run_seq_unique"),
+            models.CheckConstraint(
+                condition=Q(trust__in=["trusted-tool", "untrusted-content"]),
+                name="taint_entry_trust_valid",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from memory.domain.working import WorkingItem, admit, untrusted_sources
+from memory.domain.working import WorkingItem, admit
 from policy import selectors as policy_selectors
 from policy import services as policy_services
 from policy import sqlbatch
@@ -28,6 +28,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from policy.domain.taint import RunIndex
 from policy.selectors import (
     confirmations_from_rows,
     confirmations_read,
@@ -61,6 +62,7 @@ from runs.step_inputs import (
     started_read,
 )
 from runs.step_inputs import after as inputs_after
+from runs.taint_store import run_index
 from runs.writers import AFTER, BATCHED, RUN_MOVED, At, run_write, writes_after
 
 
@@ -96,8 +98,8 @@ class OrmLookups:
         where = {"run": self.run_id, "observation_id": list(observation_ids)}
         return dict(_rows(m.Observation, ("observation_id", "trust"), where, order_by=("id",)))
 
-    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
-        return untrusted_sources(admit(working_items(self.run_id), [], step=step))
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
+        return run_index(self.run_id, observation_seq)
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         if not observation_ids:

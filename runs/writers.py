@@ -133,6 +133,26 @@ def _working(commit: Commit, at: At) -> list[Write]:
     return writes
 
 
+def _taint_entries(commit: Commit, at: At) -> list[Write]:
+    # The provenance index grows in the commit of the observations it indexes (issue 23).
+    if not commit.taint_entries:
+        return []
+    return [
+        sqlbatch.insert(
+            [
+                m.TaintEntry(
+                    run_id=at.run_id,
+                    seq=e.seq,
+                    observation_id=e.observation_id,
+                    trust=e.trust,
+                    text=e.text,
+                )
+                for e in commit.taint_entries
+            ]
+        )
+    ]
+
+
 def _ledger_intent(commit: Commit, at: At) -> list[Write]:
     c = commit.ledger_intent
     if c is None:
@@ -373,6 +393,7 @@ def _write_handoff(commit: Commit, at: At) -> None:
 BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
     _events,
     _observations,
+    _taint_entries,
     _working,
     _ledger_intent,
     _ledger_settle,

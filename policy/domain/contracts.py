@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policy.domain.approvers import DEFAULT_RULE, ApproverRule
+from policy.domain.argument_policy import ArgumentRule, parse_rules
 from policy.domain.errors import RegistryError
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome, Verification
@@ -292,6 +293,10 @@ class ToolContract:
     approvers: ApproverRule = DEFAULT_RULE
     # The same call, for a process built for waiting (None: it runs in the executor only).
     waiting: Waiting | None = None
+    # What a call may do with an argument derived from untrusted content, per top-level
+    # argument: "refuse", "confirm" or "carry" (policy.domain.argument_policy). The tool's
+    # author knows which of its arguments steer the effect (a recipient) and which carry data.
+    untrusted_arguments: Mapping[str, ArgumentRule] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or not self.version:
@@ -326,6 +331,13 @@ class ToolContract:
         overlap = set(self.logged_fields) & set(self.redacted_fields)
         if overlap:
             raise RegistryError(f"{self.name}: fields both logged and redacted: {sorted(overlap)}")
+        inputs = frozenset(self.input_schema.get("properties", {}))
+        bad = parse_rules(self.untrusted_arguments, inputs=inputs, where=self.name)
+        if bad is not None:
+            raise RegistryError(f"{bad} (untrusted_arguments)")
+        # Plain strings from a tool package ("refuse") become the rules themselves.
+        rules = {k: ArgumentRule(v) for k, v in self.untrusted_arguments.items()}
+        object.__setattr__(self, "untrusted_arguments", rules)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -104,6 +104,8 @@ class NeedsConfirmation:
     # None when the contract's own confirmation mode did. With the untrusted ids it names.
     trigger: str | None = None
     untrusted_ids: tuple[str, ...] = ()
+    # The arguments whose untrusted provenance made it wait (policy.domain.argument_policy).
+    untrusted_arguments: tuple[str, ...] = ()
     # Who may approve the confirmation this asks for (policy.domain.approvers).
     approvers: ApproverRule = DEFAULT_RULE
 

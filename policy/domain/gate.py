@@ -27,8 +27,9 @@ from policy.domain.decisions import (
 )
 from policy.domain.grants import CapabilityGrant, authorize
 from policy.domain.proposals import ActionProposal
+from policy.domain.provenance import ArgumentProvenance
 from policy.domain.registry import RegisteredTool, ToolRegistry
-from policy.domain.tool_policy import EMPTY, Provenance, ToolPolicy, join_approvers, requirement
+from policy.domain.tool_policy import EMPTY, ToolPolicy, join_approvers, requirement
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,11 @@ def evaluate(
     confirmations: Iterable[Confirmation],
     registry: ToolRegistry,
     now_ms: int,
-    provenance: Provenance | None = None,
+    provenance: ArgumentProvenance | None = None,
 ) -> Decision:
-    """``provenance``: the trust facts of this proposal's citations and of the planner's view
-    (``when_untrusted`` needs them; without them such a tool always asks)."""
+    """``provenance``: where each argument's value came from (policy.domain.provenance),
+    computed by the runtime. Without it every argument counts as untrusted-derived: a tool
+    with argument rules or ``when_untrusted`` refuses or asks (fail closed)."""
     passed: list[str] = ["parse"]
     try:
         tool = _lookup(registry, proposal)
@@ -188,7 +190,7 @@ def _confirmation(
     run: RunView,
     arguments: dict[str, Any],
     confirmations: Iterable[Confirmation],
-    provenance: Provenance | None,
+    provenance: ArgumentProvenance | None,
     p_hash: str,
     passed: list[str],
 ) -> ConfirmationCheck | Decision:
@@ -199,10 +201,13 @@ def _confirmation(
         run.tool_policy.for_tool(contract.name),
         contract,
         arguments=arguments,
-        cited_ids=proposal.source_observation_ids,
         provenance=provenance,
         path_field=_path_field(tool),
     )
+    if needs.refused:
+        # No person is asked to spot the attacker's value in a recipient or a URL.
+        message = f"derived from untrusted content: {', '.join(needs.refused)}"[:256]
+        return Reject("confirmation", needs.trigger or "", message, tuple(passed))
     confirmation = check_confirmation(
         contract=contract,
         mode=needs.mode,
@@ -225,6 +230,7 @@ def _confirmation(
             why=confirmation.why,
             trigger=needs.trigger,
             untrusted_ids=needs.untrusted_ids,
+            untrusted_arguments=needs.arguments,
             approvers=_approvers(run, contract),
         )
     return confirmation

@@ -5,7 +5,11 @@ of one shape::
 
     {"<tool name>": {"confirmation": "always" | "never" | "when_untrusted" | "outside_constraints",
                      "auto_constraints": {"<argument>": <Constraint>, ...},
+                     "arguments": {"<argument>": "refuse" | "confirm" | "carry", ...},
                      "approvers": "owner_or_operator" | "owner" | "operator" | "four_eyes"}}
+
+``arguments`` says what a call may do with an argument whose value derives from untrusted
+content (policy.domain.argument_policy, policy.domain.provenance).
 
 A tool the policy does not name keeps its contract's own confirmation mode. A run records its
 *effective* policy when it is created (``join`` of the deployment's and its profile's), so the
@@ -22,19 +26,20 @@ wins, and two incomparable choices become the strictest (``always``, ``four_eyes
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policy.domain.approvers import ApproverRule
+from policy.domain.argument_policy import ArgumentRule, join_rules, loosened, rule_for, stricter
 from policy.domain.canonical import json_equal
-from policy.domain.contracts import ConfirmationMode, ToolContract
+from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
-from policy.domain.observations import TrustLabel
+from policy.domain.provenance import OVERFLOW_ID, ArgumentProvenance
 
 
 class ConfirmationPolicy(enum.StrEnum):
@@ -51,9 +56,13 @@ class ToolPolicyInvalid(DomainError):
 
 # Why a confirmation was required (trace evidence, ``NeedsConfirmation.trigger``).
 ALWAYS = "TOOL_POLICY_ALWAYS"
-UNTRUSTED_PROVENANCE = "UNTRUSTED_PROVENANCE"  # a cited observation is untrusted content
-UNTRUSTED_CONTEXT = "UNTRUSTED_CONTEXT"  # cites nothing/unknown ids, untrusted content in view
+# An argument under "confirm" (or any, under when_untrusted) derives from untrusted content.
+UNTRUSTED_PROVENANCE = "UNTRUSTED_PROVENANCE"
+# An argument under "refuse" does: the call is refused, nobody is asked.
+UNTRUSTED_ARGUMENT_REFUSED = "UNTRUSTED_ARGUMENT_REFUSED"
 PROVENANCE_UNKNOWN = "PROVENANCE_UNKNOWN"  # the facts were not given: fail closed
+# The run read more untrusted content than its index keeps: every write asks (fail closed).
+PROVENANCE_OVERFLOW = "PROVENANCE_OVERFLOW"
 OUTSIDE_CONSTRAINTS = "OUTSIDE_AUTO_CONSTRAINTS"
 
 _PER_RUN = "per-run"  # the contract's own per-run mode, as a strictness level
@@ -67,6 +76,7 @@ class PolicyEntry(BaseModel):
     # Enum values arrive as JSON strings: lax for these two (an int is still no member).
     confirmation: Annotated[ConfirmationPolicy | None, Field(strict=False)] = None
     auto_constraints: dict[str, Constraint] = {}
+    arguments: dict[str, Annotated[ArgumentRule, Field(strict=False)]] = {}
     approvers: Annotated[ApproverRule | None, Field(strict=False)] = None
 
     @model_validator(mode="after")
@@ -88,6 +98,8 @@ class PolicyEntry(BaseModel):
             out["auto_constraints"] = {
                 k: c.model_dump(exclude_unset=True) for k, c in self.auto_constraints.items()
             }
+        if self.arguments:
+            out["arguments"] = {k: r.value for k, r in sorted(self.arguments.items())}
         if self.approvers is not None:
             out["approvers"] = self.approvers.value
         return out
@@ -124,10 +136,12 @@ def _policy(entries: Mapping[str, PolicyEntry]) -> ToolPolicy:
 
 @dataclass(frozen=True)
 class ToolFacts:
-    """What validation needs of a registered tool: its inputs and its contract's own mode."""
+    """What validation needs of a registered tool: its inputs, its contract's own mode and
+    argument rules (the strictest of its versions)."""
 
     inputs: frozenset[str]
     baseline: str  # "never" | "per-run" | "always"
+    arguments: Mapping[str, ArgumentRule] = field(default_factory=dict)
 
 
 def contract_level(mode: ConfirmationMode) -> str:
@@ -142,12 +156,14 @@ def tool_facts(contracts: Iterable[ToolContract]) -> dict[str, ToolFacts]:
     """Per tool name (all its versions): the union of their inputs, the strictest mode."""
     inputs: dict[str, set[str]] = {}
     levels: dict[str, str] = {}
+    rules: dict[str, dict[str, ArgumentRule]] = {}
     for c in contracts:
         inputs.setdefault(c.name, set()).update(c.input_schema.get("properties", {}))
         levels[c.name] = join_confirmation(
             levels.get(c.name, "never"), contract_level(c.confirmation)
         )
-    return {n: ToolFacts(frozenset(inputs[n]), levels[n]) for n in inputs}
+        rules[c.name] = join_rules(rules.get(c.name, {}), c.untrusted_arguments)
+    return {n: ToolFacts(frozenset(inputs[n]), levels[n], rules[n]) for n in inputs}
 
 
 def parse_tool_policy(
@@ -175,12 +191,16 @@ def parse_tool_policy(
             loc = ".".join(str(p) for p in err.get("loc", ()))
             at = f"{where}.{name}" + (f".{loc}" if loc else "")
             raise ToolPolicyInvalid(f"{at}: {err.get('msg', 'invalid')}", tool=name) from None
-        unknown = sorted(set(entry.auto_constraints) - tools[name].inputs)
-        if unknown:
-            raise ToolPolicyInvalid(
-                f"{where}.{name}.auto_constraints: {name} takes no argument {unknown[0]!r}",
-                tool=name,
-            )
+        for key, named in (
+            ("auto_constraints", entry.auto_constraints),
+            ("arguments", entry.arguments),
+        ):
+            unknown = sorted(set(named) - tools[name].inputs)
+            if unknown:
+                raise ToolPolicyInvalid(
+                    f"{where}.{name}.{key}: {name} takes no argument {unknown[0][:64]!r}",
+                    tool=name,
+                )
         entries[name] = entry
     return _policy(entries)
 
@@ -232,6 +252,11 @@ def profile_refusal(
         shared = sorted(set(deployment.auto_constraints) & set(profile.auto_constraints))
         if shared:
             return f"the deployment already constrains {shared[0]!r}; constrain another argument"
+    floor = {**facts.arguments, **(deployment.arguments if deployment else {})}
+    low = loosened(floor, profile.arguments)
+    if low is not None:
+        arg, rule, base = low
+        return f"argument {arg!r}: {rule.value!r} is not at least as strict as {base.value!r}"
     d_app = deployment.approvers.value if deployment and deployment.approvers else None
     if (
         d_app
@@ -273,6 +298,7 @@ def join_entries(
         # per-run is the contract's own mode: no policy value names it, the contract keeps it.
         confirmation=None if unset or level == _PER_RUN else ConfirmationPolicy(level),
         auto_constraints=constraints,
+        arguments=join_rules(deployment.arguments, profile.arguments),
         approvers=ApproverRule(joined) if joined else None,
     )
 
@@ -322,41 +348,68 @@ def stored_policy(raw: Any) -> ToolPolicy:
 
 
 @dataclass(frozen=True)
-class Provenance:
-    """The trust facts ``when_untrusted`` needs, computed by the store for one proposal:
-    ``cited``: the trust label of each cited observation that exists in the run;
-    ``untrusted_in_view``: ids of untrusted observations in the planner's view for the step."""
-
-    cited: Mapping[str, str]
-    untrusted_in_view: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Requirement:
-    """The confirmation mode this call needs, and why (``trigger``; None: the contract's own)."""
+    """The confirmation mode this call needs, and why (``trigger``; None: the contract's own).
+    ``refused``: arguments under ``refuse`` that derive from untrusted content (the gate refuses
+    the call); ``arguments``: those that made it wait."""
 
     mode: ConfirmationMode
     trigger: str | None = None
     untrusted_ids: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
 
 
-def taint(cited_ids: Collection[str], provenance: Provenance | None) -> Requirement | None:
-    """``when_untrusted``: a per-call confirmation when the proposal cites untrusted content,
-    or cites nothing (or ids the run does not have) while untrusted content was in the
-    planner's view — a hostile planner can leave its citations out (taint by context)."""
+def _tainted(
+    provenance: ArgumentProvenance | None, arguments: Mapping[str, Any]
+) -> dict[str, tuple[str, ...]]:
+    """Argument → the untrusted observations it derives from. Without the facts, or from an
+    index that overflowed, every argument counts as untrusted-derived (fail closed)."""
     if provenance is None:
-        return Requirement(ConfirmationMode.PER_CALL, PROVENANCE_UNKNOWN)
-    untrusted = tuple(
-        sorted(i for i in cited_ids if provenance.cited.get(i) == TrustLabel.UNTRUSTED_CONTENT)
-    )
-    if untrusted:
-        return Requirement(ConfirmationMode.PER_CALL, UNTRUSTED_PROVENANCE, untrusted)
-    unknown = any(i not in provenance.cited for i in cited_ids)
-    if provenance.untrusted_in_view and (not cited_ids or unknown):
-        return Requirement(
-            ConfirmationMode.PER_CALL, UNTRUSTED_CONTEXT, tuple(provenance.untrusted_in_view)
+        return dict.fromkeys(sorted(arguments), (PROVENANCE_UNKNOWN,))
+    if provenance.overflow:
+        return dict.fromkeys(sorted(arguments), (OVERFLOW_ID,))
+    return provenance.tainted()
+
+
+def _by_argument(
+    entry: PolicyEntry | None,
+    contract: ToolContract,
+    arguments: Mapping[str, Any],
+    provenance: ArgumentProvenance | None,
+) -> Requirement | None:
+    """What the untrusted-derived arguments ask for under their rules (None: nothing)."""
+    tainted = _tainted(provenance, arguments)
+    if not tainted:
+        return None
+    policy = entry.confirmation if entry is not None else None
+    never = policy is ConfirmationPolicy.NEVER
+    rules = {
+        name: rule_for(
+            name,
+            named=entry.arguments if entry is not None else {},
+            contract=contract.untrusted_arguments,
+            never=never,
+            when_untrusted=policy is ConfirmationPolicy.WHEN_UNTRUSTED,
         )
-    return None
+        for name in tainted
+    }
+    overflow = provenance is not None and provenance.overflow
+    if overflow and not never and contract.side_effect is not SideEffect.READ:
+        # Fail closed: after the index overflowed, a write asks whatever it carries.
+        rules = {k: stricter(r, ArgumentRule.CONFIRM) for k, r in rules.items()}
+    refused = tuple(k for k, r in rules.items() if r is ArgumentRule.REFUSE)
+    asked = tuple(k for k, r in rules.items() if r is ArgumentRule.CONFIRM)
+    named = refused or asked
+    if not named:
+        return None
+    ids = tuple(sorted({i for k in named for i in tainted[k]}))
+    if refused:
+        return Requirement(ConfirmationMode.PER_CALL, UNTRUSTED_ARGUMENT_REFUSED, ids, refused)
+    trigger = UNTRUSTED_PROVENANCE
+    if provenance is None or overflow:
+        trigger = PROVENANCE_UNKNOWN if provenance is None else PROVENANCE_OVERFLOW
+    return Requirement(ConfirmationMode.PER_CALL, trigger, ids, arguments=asked)
 
 
 def requirement(
@@ -364,20 +417,23 @@ def requirement(
     contract: ToolContract,
     *,
     arguments: Mapping[str, Any],
-    cited_ids: Collection[str],
-    provenance: Provenance | None,
+    provenance: ArgumentProvenance | None,
     path_field: str | None,
 ) -> Requirement:
-    """The confirmation mode of one call under the run's policy for its tool."""
+    """The confirmation mode of one call under the run's policy for its tool: first what its
+    untrusted-derived arguments ask (refuse, confirm), then the policy's mode."""
+    by_argument = _by_argument(entry, contract, arguments, provenance)
+    if by_argument is not None:
+        return by_argument
     if entry is None or entry.confirmation is None:
         return Requirement(contract.confirmation)
     policy = entry.confirmation
-    if policy is ConfirmationPolicy.NEVER:
-        return Requirement(ConfirmationMode.NEVER)
     if policy is ConfirmationPolicy.ALWAYS:
         return Requirement(ConfirmationMode.PER_CALL, ALWAYS)
-    if policy is ConfirmationPolicy.WHEN_UNTRUSTED:
-        return taint(cited_ids, provenance) or Requirement(ConfirmationMode.NEVER)
+    if policy in (ConfirmationPolicy.NEVER, ConfirmationPolicy.WHEN_UNTRUSTED):
+        # when_untrusted: every argument that derives from untrusted content was asked about
+        # above (or may carry it): nothing left to ask.
+        return Requirement(ConfirmationMode.NEVER)
     for name, constraint in entry.auto_constraints.items():
         if not constraint.allows(name in arguments, arguments.get(name), path=name == path_field):
             return Requirement(ConfirmationMode.PER_CALL, OUTSIDE_CONSTRAINTS)

@@ -7,10 +7,12 @@ A ``Commit`` is everything one short transaction writes: the new run state, trac
 observations, ledger intent or outcome, a confirmation request, grant uses. The runner applies it
 with a compare-and-set on the run version; tools run *between* commits, never inside one.
 
-Functions here never do I/O. The three read-only questions they may ask about the run's history
+Functions here never do I/O. The read-only questions they may ask about the run's history
 (has this content been seen? which trust labels do these observation ids carry? which of these
-ids are citable?) go through ``Lookups``, which the store answers with indexed queries, so the
-cost of a step does not depend on how long the run already is.
+ids are citable? what content has the run read, for provenance?) go through ``Lookups``, which
+the store answers with indexed queries (the provenance index from a per-process copy that reads
+only the entries added since), so the cost of a step does not depend on how long the run
+already is.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
+from policy.domain.taint import UNTRUSTED, Entry, RunIndex, budget, entry_seq, entry_text
 from runs.domain import trace as ev
 from runs.domain import writes
 from runs.domain.calls import ModelRequest, ToolRequest
@@ -44,8 +47,9 @@ class Lookups(Protocol):
 
     def ledger_has(self, idempotency_token: str) -> bool: ...
 
-    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
-        """Observation ids of the untrusted items in the planner's view as of ``step``."""
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
+        """The run's provenance index (policy.domain.taint): every entry committed so far.
+        ``observation_seq``: the run's, as the step read it (the entries that may exist)."""
         ...
 
 
@@ -108,6 +112,8 @@ class Commit:
     expire_pending_confirmations: bool = False
     # The working-memory items the new observations become (the store admits and evicts).
     working_items: list[WorkingItem] = field(default_factory=list)
+    # What the new observations add to the run's provenance index (policy.domain.taint).
+    taint_entries: list[Entry] = field(default_factory=list)
     # A model planner's request, recorded with the run (runs.domain.calls): the call's id and
     # what to send. The run then waits for the gateway, holding no worker.
     model_request: tuple[str, ModelRequest] | None = None
@@ -208,7 +214,20 @@ class Builder:
             )
         )
         self.s.last_observation_id = obs.observation_id
+        self._index(obs)
         return obs
+
+    def _index(self, obs: Observation) -> None:
+        """Add what the observation holds to the run's provenance index: its untrusted parts
+        (sticky: the run stays tainted by them after they leave the planner's view), and a
+        tool's trusted result (informational). Within the index's bound; past it the run
+        fails closed (``taint.budget``)."""
+        for trust, value in _indexed_parts(obs):
+            text = entry_text(value)
+            indexed, self.s.taint_chars = budget(self.s.taint_chars, text, trust)
+            if indexed:
+                seq = entry_seq(self.s.observation_seq, trust)
+                self.commit.taint_entries.append(Entry(seq, obs.observation_id, trust, text))
 
     def absorb(self, fingerprint: str) -> None:
         """The first answer to a proposal (its result or its rejection) is that proposal's
@@ -257,6 +276,22 @@ class Builder:
             self.emit(ev.HANDOFF_OPENED, None, reason=self.commit.handoff_reason)
         self.s.version = self.commit.expected_version + 1
         return self.commit
+
+
+def _indexed_parts(obs: Observation) -> list[tuple[str, Any]]:
+    """(trust, value) of what an observation gives the index: a tool result's value split by
+    its parts' labels; any other untrusted observation whole; nothing else (the user's request
+    is the run's goal, which provenance reads from the run itself)."""
+    content = obs.content
+    if obs.kind is not ObservationKind.TOOL_RESULT or "value" not in content:
+        return [(UNTRUSTED, content)] if obs.trust is TrustLabel.UNTRUSTED_CONTENT else []
+    value = content["value"]
+    parts = content.get("part_trust")
+    if isinstance(parts, dict) and isinstance(value, dict):
+        low = {k: v for k, v in value.items() if parts.get(k) == UNTRUSTED}
+        high = {k: v for k, v in value.items() if parts.get(k) != UNTRUSTED}
+        return [(UNTRUSTED, low), (TrustLabel.TRUSTED_TOOL.value, high)]
+    return [(obs.trust.value, value)]
 
 
 def proposal_id_of(raw: Any) -> str | None:

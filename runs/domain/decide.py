@@ -19,9 +19,10 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
+from policy.domain.provenance import ArgumentProvenance, compute, first_party
 from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
-from policy.domain.tool_policy import ConfirmationPolicy, Provenance, ToolPolicy, stored_policy
+from policy.domain.tool_policy import stored_policy
 from runs.domain import trace as ev
 from runs.domain.commits import Builder, Commit, ConfirmationRequest, Lookups, proposal_id_of
 from runs.domain.final import final_violation
@@ -223,8 +224,12 @@ def _tool(
             return b.done()
 
     p_hash = proposal.hash()
+    grants = list(grants)
     cited = _received(b, proposal, p_hash, contract, lookups)
-    untrusted = any(t == TrustLabel.UNTRUSTED_CONTENT for t in cited.values())
+    provenance = _provenance(b, proposal, cited, grants, lookups)
+    # The card's flag: an argument derives from untrusted content, or the planner says it used
+    # some (a citation may only add).
+    untrusted = bool(provenance.tainted()) or TrustLabel.UNTRUSTED_CONTENT in cited.values()
     run = _run_view(b.s)
     decision = evaluate(
         proposal,
@@ -233,7 +238,7 @@ def _tool(
         confirmations=confirmations,
         registry=registry,
         now_ms=now_ms,
-        provenance=_provenance(run.tool_policy, proposal, cited, lookups, b.s.step),
+        provenance=provenance,
     )
     _layer_events(b, pid, decision)
     summary = {
@@ -276,19 +281,30 @@ def _run_view(s: RunState) -> RunView:
 
 
 def _provenance(
-    policy: ToolPolicy,
+    b: Builder,
     proposal: ActionProposal,
     cited: Mapping[str, str],
+    grants: Iterable[CapabilityGrant],
     lookups: Lookups,
-    step: int,
-) -> Provenance | None:
-    """The trust facts ``when_untrusted`` needs; asked of the store only for a tool under that
-    policy (every other call costs no query). The planner proposed at ``step`` from the view it
-    was shown before that step began (``Runner.context``): that view is what taints it."""
-    entry = policy.for_tool(proposal.tool_name)
-    if entry is None or entry.confirmation is not ConfirmationPolicy.WHEN_UNTRUSTED:
-        return None
-    return Provenance(cited=cited, untrusted_in_view=lookups.untrusted_in_view(step - 1))
+) -> ArgumentProvenance:
+    """Where each argument came from (policy.domain.provenance), from everything the run read
+    since it started (its index), not from what the planner says it used: the planner's
+    citations of untrusted observations may only add origins. Recorded as
+    ``proposal.provenance`` (paths and origins, never values)."""
+    people = first_party(b.s.goal, ((g.grant_id, _constraint_values(g)) for g in grants))
+    provenance = compute(
+        proposal.arguments,
+        index=lookups.taint_index(b.s.observation_seq),
+        people=people,
+        cited_untrusted=[i for i, t in cited.items() if t == TrustLabel.UNTRUSTED_CONTENT],
+        overflow=b.s.taint_chars is None,
+    )
+    b.emit(ev.PROPOSAL_PROVENANCE, proposal.proposal_id, **provenance.summary())
+    return provenance
+
+
+def _constraint_values(grant: CapabilityGrant) -> list[Any]:
+    return [c.model_dump(exclude_unset=True) for c in grant.constraints.values()]
 
 
 def _received(
@@ -432,6 +448,8 @@ def _layer_events(b: Builder, pid: str, decision: Any) -> None:
                 "why": decision.trigger,
                 "untrusted_observation_ids": list(decision.untrusted_ids)[:32],
             }
+        if decision.untrusted_arguments:
+            why["untrusted_arguments"] = list(decision.untrusted_arguments)[:32]
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="required", code=decision.why, **why)
     elif layer == "confirmation":
         b.emit(ev.POLICY_CONFIRMATION_CHECKED, pid, result="declined", code=decision.code)

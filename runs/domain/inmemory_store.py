@@ -9,12 +9,13 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from memory.domain.working import WorkingItem, admit, untrusted_sources
+from memory.domain.working import WorkingItem, admit
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
+from policy.domain.taint import RunIndex
 from runs.domain.calls import (
     OPEN,
     SETTLED,
@@ -42,8 +43,9 @@ class _Lookups:
         obs = self.store.observations[self.run_id]
         return {i: obs[i].trust.value for i in observation_ids if i in obs}
 
-    def untrusted_in_view(self, step: int) -> tuple[str, ...]:
-        return untrusted_sources(self.store.working_view(self.run_id, step))
+    def taint_index(self, observation_seq: int | None = None) -> RunIndex:
+        with self.store._lock:
+            return self.store.taint[self.run_id]
 
     def citable(self, observation_ids: Collection[str]) -> set[str]:
         obs = self.store.observations[self.run_id]
@@ -69,6 +71,8 @@ class InMemoryRunStore:
         self._commands: dict[str, ExecutableCommand] = {}
         self.handoffs: dict[str, list[str]] = defaultdict(list)
         self.working: dict[str, list[WorkingItem]] = defaultdict(list)
+        # Each run's provenance index (the ORM adapter's ``TaintEntry`` rows), kept built.
+        self.taint: dict[str, RunIndex] = defaultdict(RunIndex)
         # Model calls by id (runs.domain.calls): what the ORM adapter keeps in ``ModelCall``.
         self.calls: dict[str, dict[str, Any]] = {}
 
@@ -121,6 +125,7 @@ class InMemoryRunStore:
             for obs in commit.observations:
                 self.observations[run_id][obs.observation_id] = obs
                 self.content[run_id].add(obs.content_hash)
+            self.taint[run_id].extend(commit.taint_entries)
             self._write_ledger(commit)
             self._write_calls(commit)
             self._write_confirmations(commit)

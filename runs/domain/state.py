@@ -54,6 +54,10 @@ class RunState(BaseModel):
     writes_rejected: int | None = 0
     writes_failed: int | None = 0
     writes_unknown: int | None = 0
+    # How much content the run's provenance index holds (policy.domain.taint.budget), in
+    # characters. None: it overflowed, or the run is from before the index: every argument
+    # then counts as untrusted-derived (fail closed).
+    taint_chars: int | None = 0
 
     def fork(self) -> RunState:
         """A copy to change in place without touching this one: each container is new. Cheaper

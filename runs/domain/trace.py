@@ -17,6 +17,8 @@ PLANNER_OUTPUT = "planner.output"
 # A model planner's request, recorded before it is sent (runs.domain.calls).
 PLANNER_REQUESTED = "planner.requested"
 PROPOSAL_RECEIVED = "proposal.received"
+# Where each argument's value came from, as the runtime computed it (policy.domain.provenance).
+PROPOSAL_PROVENANCE = "proposal.provenance"
 PROPOSAL_SCHEMA_VALIDATED = "proposal.schema.validated"
 POLICY_CAPABILITY_CHECKED = "policy.capability.checked"
 POLICY_CONFIRMATION_CHECKED = "policy.confirmation.checked"

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     ConfirmationMode,
     PathResource,
@@ -153,5 +154,8 @@ def contract() -> ToolContract:
         resource=RESOURCE,
         logged_fields=("path",),
         redacted_fields=("content",),
+        # The path steers where the write lands; the content is what a note is for, and may
+        # quote what the run read (policy.domain.argument_policy).
+        untrusted_arguments={"path": ArgumentRule.CONFIRM, "content": ArgumentRule.CARRY},
         max_input_bytes=110_000,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from policy.domain.approvers import ApproverRule
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
 from policy.domain.outcomes import ToolOutcome
 
@@ -54,4 +55,5 @@ def contract() -> ToolContract:
         timeout_ms=2_000,
         execute=execute,
         logged_fields=("text",),
+        untrusted_arguments={"text": ArgumentRule.CONFIRM},
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
 from policy.domain.outcomes import ToolOutcome
 
@@ -59,4 +60,6 @@ def contract() -> ToolContract:
         timeout_ms=2_000,
         execute=execute,
         logged_fields=("partner",),
+        # Which partner is told is never taken from retrieved text; what it is told may be.
+        untrusted_arguments={"partner": ArgumentRule.REFUSE, "message": ArgumentRule.CARRY},
     )

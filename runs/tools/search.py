@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     ConfirmationMode,
     CorpusResource,
@@ -114,4 +115,7 @@ def contract() -> ToolContract:
         resource=CorpusResource(field="corpus", default="public"),
         logged_fields=("query", "corpus", "limit"),
         output_trust=TrustLabel.UNTRUSTED_CONTENT,
+        # A query may repeat what the run read: it searches the deployment's own corpus and
+        # sends nothing out.
+        untrusted_arguments={"query": ArgumentRule.CARRY},
     )

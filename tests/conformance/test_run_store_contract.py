@@ -21,6 +21,7 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant, Constraint
 from policy.domain.outcomes import ToolOutcome
+from policy.domain.taint import compact, entry_text, fold, normal
 from runs.domain import lifecycle
 from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
@@ -412,24 +413,37 @@ def test_a_confirmation_request_on_a_taken_id_is_an_integrity_violation(adapter:
     assert d.snapshot() == before
 
 
-def test_the_tool_policy_is_recorded_once_and_the_untrusted_view_is_answered(
+def test_the_tool_policy_is_recorded_once_and_the_provenance_index_is_answered(
     adapter: Any,
 ) -> None:
-    """issue 12 item 3: a run keeps the policy it was created with (no step rewrites it), and
-    both stores name the untrusted observations in the planner's view the same way."""
+    """issue 12 item 3: a run keeps the policy it was created with (no step rewrites it).
+    issue 23 item 2: both stores keep the run's provenance index the same way, written with
+    the observation it indexes, and sticky: it still holds a result long after the result left
+    the planner's view."""
     policy = {"write_note": {"confirmation": "when_untrusted"}}
     state = new_state("run_policy").model_copy(update={"tool_policy": policy})
     adapter.store.create(state, grants=[], confirmations=[], planner={"kind": "fixture"})
     assert adapter.store.load("run_policy").tool_policy == policy
 
-    d = make_run(adapter, [read("p1", "retry"), read("p2", "other")])
+    d = make_run(adapter, [read("p1", "retry-rule"), read("p2", "other-rule")])
     d.start()
     lookups = d.store.lookups(d.run_id)
-    assert lookups.untrusted_in_view(0) == ()
+
+    def origins(value: str) -> set[str]:
+        index = lookups.taint_index()
+        spaced = fold(normal(value))
+        return index.untrusted.origins(spaced, compact(spaced))
+
+    assert origins("note retry-rule") == set()
     d.execute_next()  # read_note's output is untrusted content: tool-1
-    assert lookups.untrusted_in_view(d.load().step) == ("tool-1",)
+    assert origins("note retry-rule") == {"tool-1"}
     d.execute_next()
-    assert lookups.untrusted_in_view(d.load().step) == ("tool-1", "tool-2")
-    # Tool results leave the view after their TTL (memory.domain.working.TTL_STEPS).
-    assert lookups.untrusted_in_view(d.load().step + 20) == ()
+    assert origins("NOTE  other-rule") == {"tool-2"}
+    # Long after both left the planner's view, the index still answers.
+    later = d.store.working_view(d.run_id, d.load().step + 20)
+    assert [i.item_id for i in later] == ["wm-user-1"]
+    assert origins("note retry-rule") == {"tool-1"}
+    assert d.load().taint_chars == len(entry_text({"text": "note retry-rule"})) + len(
+        entry_text({"text": "note other-rule"})
+    )
     assert d.load().tool_policy == {}

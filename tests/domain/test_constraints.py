@@ -23,6 +23,7 @@ from policy.domain.decisions import Execute, Reject
 from policy.domain.gate import evaluate
 from policy.domain.grants import Constraint, url_host
 from policy.domain.proposals import ActionProposal, parse_planner_output
+from policy.domain.provenance import ArgumentProvenance
 from policy.domain.registry import ToolRegistry
 from runs.tools import artifacts, search
 from tests.domain.toolkit import RUN_ID, SUBJECT, Toolkit, grant, run_view, tool
@@ -36,7 +37,16 @@ REPORTS = "run-output/reports/"
 def decide(name: str, arguments: Any, grants: list[Any]):
     prop = parse_planner_output(tool("p1", name, arguments))
     assert isinstance(prop, ActionProposal)
-    return evaluate(prop, run=RUN, grants=grants, confirmations=(), registry=REGISTRY, now_ms=NOW)
+    return evaluate(
+        prop,
+        run=RUN,
+        grants=grants,
+        confirmations=(),
+        registry=REGISTRY,
+        now_ms=NOW,
+        # Nothing the run read: these calls are about constraints, not provenance.
+        provenance=ArgumentProvenance(()),
+    )
 
 
 def write(path: str, constraint: Constraint | None = None, scope: str = "*"):

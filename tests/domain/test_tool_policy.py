@@ -1,9 +1,9 @@
 """Tool policy as configuration at the gate (issue 12 item 3): pure, no Django, microseconds.
 
-Each confirmation policy, the provenance rule of ``when_untrusted`` (cited untrusted content,
-and taint by context when the citations are missing or unknown), ``outside_constraints`` with
-each constraint kind, the strictness order a profile may only tighten, and the checks that turn
-a bad configuration into a clear refusal.
+Each confirmation policy, ``when_untrusted`` and the argument rules over the provenance the
+runtime computed (issue 23: the planner's citations play no part at the gate),
+``outside_constraints`` with each constraint kind, the strictness order a profile may only
+tighten, and the checks that turn a bad configuration into a clear refusal.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from policy.domain.grants import MAX_PATTERN_INPUT, Constraint
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.proposals import ActionProposal, parse_planner_output
+from policy.domain.provenance import ArgumentProvenance, LeafProvenance, Origin
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import (
     EMPTY,
+    PROVENANCE_OVERFLOW,
     PROVENANCE_UNKNOWN,
-    UNTRUSTED_CONTEXT,
+    UNTRUSTED_ARGUMENT_REFUSED,
     UNTRUSTED_PROVENANCE,
-    Provenance,
     ToolFacts,
     ToolPolicy,
     ToolPolicyInvalid,
@@ -91,7 +92,7 @@ def gate(
     prop: ActionProposal,
     tool_policy: ToolPolicy,
     *,
-    provenance: Provenance | None = None,
+    provenance: ArgumentProvenance | None = None,
     confirmations: tuple[Confirmation, ...] = (),
     grants: tuple[Any, ...] | None = None,
 ) -> Any:
@@ -109,52 +110,38 @@ def gate(
 
 KV = {"key": "color", "value": "blue"}
 WHEN_UNTRUSTED = policy({"kv_put": {"confirmation": "when_untrusted"}})
-# search-1 is untrusted retrieved text; tool-2 a trusted tool result; user-1 the request.
-CITED = {"user-1": "user", "tool-2": TRUSTED, "search-1": UNTRUSTED}
 
 
-# ---- when_untrusted: provenance-aware --------------------------------------------------------
+def prov(*, overflow: bool = False, **tainted: str) -> ArgumentProvenance:
+    """The provenance of KV's arguments: each named argument derives from that observation."""
+    leaves = []
+    for name in ("key", "value"):
+        ids = (tainted[name],) if name in tainted else ()
+        origins = tuple(Origin("untrusted", i) for i in ids)
+        leaves.append(LeafProvenance(name, name, origins, ids))
+    return ArgumentProvenance(tuple(leaves), overflow=overflow)
 
 
-@pytest.mark.parametrize(
-    ("sources", "in_view", "trigger", "untrusted_ids"),
-    [
-        # Cites untrusted content: confirm, naming what it cited.
-        (["search-1"], (), UNTRUSTED_PROVENANCE, ("search-1",)),
-        (["user-1", "search-1"], ("search-1",), UNTRUSTED_PROVENANCE, ("search-1",)),
-        # Cites only trusted observations: runs, even with untrusted text in view.
-        (["user-1"], ("search-1",), None, ()),
-        (["tool-2", "user-1"], ("search-1",), None, ()),
-        # Cites nothing, or an id the run does not have, while untrusted text was in view:
-        # a hostile planner can leave its citations out (taint by context).
-        ([], ("search-1",), UNTRUSTED_CONTEXT, ("search-1",)),
-        (["user-1", "tool-99"], ("search-1",), UNTRUSTED_CONTEXT, ("search-1",)),
-        # Nothing untrusted anywhere: runs, cited or not.
-        ([], (), None, ()),
-        (["tool-99"], (), None, ()),
-    ],
-    ids=[
-        "cites-untrusted",
-        "cites-trusted-and-untrusted",
-        "cites-user-only",
-        "cites-trusted-only",
-        "cites-nothing-untrusted-in-view",
-        "cites-unknown-untrusted-in-view",
-        "cites-nothing-clean-view",
-        "cites-unknown-clean-view",
-    ],
-)
-def test_when_untrusted_confirms_on_untrusted_provenance(sources, in_view, trigger, untrusted_ids):
+# ---- when_untrusted: an argument derives from untrusted content ------------------------------
+
+
+@pytest.mark.parametrize("sources", [["search-1"], ["user-1"], [], ["tool-99"]])
+def test_when_untrusted_asks_only_for_untrusted_derived_arguments_whatever_is_cited(sources):
+    """The gate reads the runtime's provenance, never the citations: citing the untrusted
+    search does not make a clean call wait, citing only the request does not free a tainted
+    one."""
     prop = proposal(KV, sources=sources)
-    cited = {i: CITED[i] for i in sources if i in CITED}
-    decision = gate(prop, WHEN_UNTRUSTED, provenance=Provenance(cited, in_view))
-    if trigger is None:
-        assert isinstance(decision, Execute), decision
-        assert decision.command.confirmation_id is None
-    else:
-        assert isinstance(decision, NeedsConfirmation), decision
-        assert (decision.trigger, decision.untrusted_ids) == (trigger, untrusted_ids)
-        assert decision.confirmation_hash == prop.hash()  # the exact call, per call
+    clean = gate(prop, WHEN_UNTRUSTED, provenance=prov())
+    assert isinstance(clean, Execute), clean
+    assert clean.command.confirmation_id is None
+    tainted = gate(prop, WHEN_UNTRUSTED, provenance=prov(value="search-1"))
+    assert isinstance(tainted, NeedsConfirmation), tainted
+    assert (tainted.trigger, tainted.untrusted_ids, tainted.untrusted_arguments) == (
+        UNTRUSTED_PROVENANCE,
+        ("search-1",),
+        ("value",),
+    )
+    assert tainted.confirmation_hash == prop.hash()  # the exact call, per call
 
 
 def test_when_untrusted_without_the_facts_fails_closed():
@@ -173,20 +160,130 @@ def test_an_approved_exact_confirmation_lets_the_tainted_call_run_once():
         expires_at_step=10,
         tool_name="kv_put",
     )
-    decision = gate(
-        prop, WHEN_UNTRUSTED, provenance=Provenance(CITED, ("search-1",)), confirmations=(approved,)
-    )
+    tainted = prov(value="search-1")
+    decision = gate(prop, WHEN_UNTRUSTED, provenance=tainted, confirmations=(approved,))
     assert isinstance(decision, Execute)
     assert (decision.command.confirmation_id, decision.command.consume_confirmation) == ("c1", True)
     # Approved for other arguments: never transferable.
     other = proposal({"key": "color", "value": "red"}, sources=["search-1"])
-    decision = gate(
-        other,
-        WHEN_UNTRUSTED,
-        provenance=Provenance(CITED, ("search-1",)),
-        confirmations=(approved,),
-    )
+    decision = gate(other, WHEN_UNTRUSTED, provenance=tainted, confirmations=(approved,))
     assert isinstance(decision, NeedsConfirmation)
+
+
+# ---- argument rules (issue 23 item 3) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "tainted", "expected"),
+    [
+        # refuse: no person is asked; the call is refused at the confirmation layer.
+        ({"arguments": {"key": "refuse"}}, {"key": "s-1"}, UNTRUSTED_ARGUMENT_REFUSED),
+        ({"arguments": {"key": "refuse"}}, {"value": "s-1"}, None),
+        # confirm on one argument, whatever the policy's mode.
+        ({"arguments": {"key": "confirm"}}, {"key": "s-1"}, UNTRUSTED_PROVENANCE),
+        ({"confirmation": "never", "arguments": {"key": "confirm"}}, {"key": "s-1"}, "asks"),
+        # when_untrusted: every argument asks, but one that may carry untrusted content.
+        ({"confirmation": "when_untrusted", "arguments": {"value": "carry"}}, {"value": "s"}, None),
+        ({"confirmation": "when_untrusted", "arguments": {"value": "carry"}}, {"key": "s"}, "asks"),
+        # Refuse beats confirm when both arguments are tainted.
+        (
+            {"arguments": {"key": "refuse", "value": "confirm"}},
+            {"key": "s-1", "value": "s-2"},
+            UNTRUSTED_ARGUMENT_REFUSED,
+        ),
+    ],
+)
+def test_argument_rules_refuse_confirm_or_carry(entry, tainted, expected):
+    decision = gate(proposal(KV), policy({"kv_put": entry}), provenance=prov(**tainted))
+    if expected is None:
+        assert isinstance(decision, Execute), decision
+    elif expected == UNTRUSTED_ARGUMENT_REFUSED:
+        assert isinstance(decision, Reject), decision
+        assert (decision.layer, decision.code) == ("confirmation", UNTRUSTED_ARGUMENT_REFUSED)
+        assert "key" in decision.message
+    else:
+        assert isinstance(decision, NeedsConfirmation), decision
+        assert decision.trigger == UNTRUSTED_PROVENANCE
+
+
+def _ruled_kv(rules: dict[str, str]) -> ToolRegistry:
+    return ToolRegistry([dataclasses.replace(KIT.kv_contract(), untrusted_arguments=rules)])
+
+
+def test_the_contracts_own_argument_rules_apply_unless_the_policy_says_never():
+    registry = _ruled_kv({"key": "refuse"})
+    run = run_view(NOW + 60_000)
+
+    def decide(tool_policy: ToolPolicy) -> Any:
+        return evaluate(
+            proposal(KV),
+            run=dataclasses.replace(run, tool_policy=tool_policy),
+            grants=(grant("kv:write"),),
+            confirmations=(),
+            registry=registry,
+            now_ms=NOW,
+            provenance=prov(key="s-1"),
+        )
+
+    assert isinstance(decide(EMPTY), Reject)
+    assert isinstance(decide(policy({"kv_put": {"confirmation": "when_untrusted"}})), Reject)
+    # A policy naming the argument wins; "never" is the deployment's explicit choice.
+    named = policy({"kv_put": {"arguments": {"key": "confirm"}}})
+    assert isinstance(decide(named), NeedsConfirmation)
+    assert isinstance(decide(policy({"kv_put": {"confirmation": "never"}})), Execute)
+
+
+def test_an_overflowed_index_makes_every_write_ask_even_what_may_carry():
+    carry = policy({"kv_put": {"confirmation": "when_untrusted", "arguments": {"value": "carry"}}})
+    decision = gate(proposal(KV), carry, provenance=prov(overflow=True))
+    assert isinstance(decision, NeedsConfirmation)
+    assert decision.trigger == PROVENANCE_OVERFLOW
+    assert decision.untrusted_arguments == ("key", "value")
+    # "never" stays never; a read (no effect) under no rule runs.
+    never = gate(
+        proposal(KV), policy({"kv_put": {"confirmation": "never"}}), provenance=prov(overflow=True)
+    )
+    assert isinstance(never, Execute)
+    read = gate(
+        proposal({"query": "x"}, name="search_public"),
+        EMPTY,
+        provenance=ArgumentProvenance((), overflow=True),
+        grants=(grant("search:public"),),
+    )
+    assert isinstance(read, Execute)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"kv_put": {"arguments": {"colour": "refuse"}}}, "takes no argument 'colour'"),
+        ({"kv_put": {"arguments": {"key": "deny"}}}, "kv_put.arguments.key"),
+        ({"kv_put": {"arguments": {"key": 1}}}, "kv_put.arguments.key"),
+    ],
+)
+def test_a_bad_argument_rule_is_refused(raw, message):
+    with pytest.raises(ToolPolicyInvalid, match=message):
+        policy(raw)
+
+
+def test_a_profile_may_only_raise_an_argument_rule_and_joins_take_the_stricter():
+    deployment = policy({"kv_put": {"arguments": {"key": "confirm"}}})
+    with pytest.raises(ToolPolicyInvalid, match="argument 'key'"):
+        check_profile_policy(
+            policy({"kv_put": {"arguments": {"key": "carry"}}}), deployment=deployment, tools=FACTS
+        )
+    tighter = policy({"kv_put": {"arguments": {"key": "refuse", "value": "confirm"}}})
+    check_profile_policy(tighter, deployment=deployment, tools=FACTS)
+    joined = effective_policy(deployment, tighter, tools=FACTS).data()["kv_put"]
+    assert joined["arguments"] == {"key": "refuse", "value": "confirm"}
+    # The contract's own rule is the floor where the deployment names none.
+    ruled = tool_facts(_ruled_kv({"value": "refuse"}))
+    with pytest.raises(ToolPolicyInvalid, match="argument 'value'"):
+        check_profile_policy(
+            parse_tool_policy({"kv_put": {"arguments": {"value": "confirm"}}}, tools=ruled),
+            deployment=EMPTY,
+            tools=ruled,
+        )
 
 
 # ---- always / never / the contract's own mode ---------------------------------------------------
@@ -641,17 +738,20 @@ def test_a_tool_labels_parts_no_more_trusted_than_its_contract(ceiling, labels, 
     ]
 
 
+@pytest.mark.parametrize("sources", [["tool-1"], ["user-1"], []])
 @pytest.mark.parametrize(
-    ("sources", "waits"),
-    [(["tool-1"], True), (["user-1"], False), ([], True)],
-    ids=["cites-the-search", "cites-the-request", "cites-nothing"],
+    ("value", "waits"),
+    [("Retry a failed call at most three times.", True), ("three tries", False)],
+    ids=["copied-from-the-search", "the-planners-own"],
 )
-def test_a_run_under_when_untrusted_on_the_in_memory_store(sources, waits):
+def test_a_run_under_when_untrusted_on_the_in_memory_store(sources, value, waits):
+    """Whatever the planner cites, the write waits exactly when its value was read in the
+    untrusted search result."""
     kit = Toolkit()
     h = harness(
         [
-            tool("p1", "search_public", {"query": "retries"}),
-            tool("p2", "kv_put", KV, sources=sources),
+            tool("p1", "search_public", {"query": "retry"}),
+            tool("p2", "kv_put", {"key": "rule", "value": value}, sources=sources),
             {"kind": "final", "answer": "done", "citation_observation_ids": ["tool-2"]},
         ],
         kit=kit,

@@ -1,9 +1,9 @@
 """Tool policy end to end (issue 12 item 3): runs through the real Runner, the ORM store, the
 thread executor and the built-in tools, with the policy from settings and from a profile.
 
-* ``when_untrusted``: an untrusted search result followed by a write that cites it waits for a
-  person; the same write citing only the user's request runs; one citing nothing while the
-  search result is in the planner's view waits too (taint by context).
+* ``when_untrusted`` (issue 23): a write whose content copies the untrusted search result waits
+  for a person whatever it cites (the search, only the user's request, nothing, an unknown id);
+  the same write with the planner's own words runs whatever it cites.
 * ``pattern`` and ``url_host_in`` hold on real calls (grant constraints and auto constraints).
 * A tool labels the parts of its result; the observation, the trace and the console say so.
 * The run keeps the policy it was created with when the profile is edited later.
@@ -59,7 +59,10 @@ COMMENT = {
 def world(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     settings.AGENTCONSOLE_RUN_OUTPUT_ROOT = str(tmp_path)
     settings.AGENTCONSOLE_TOOLS = ["tests.plugins.tracker"]
-    settings.AGENTCONSOLE_TOOL_POLICY = {"write_artifact": {"confirmation": "when_untrusted"}}
+    # The content may carry untrusted text by the contract's own rule: this deployment asks.
+    settings.AGENTCONSOLE_TOOL_POLICY = {
+        "write_artifact": {"confirmation": "when_untrusted", "arguments": {"content": "confirm"}}
+    }
     monkeypatch.setattr(services, "enqueue_advance", lambda run_id, **kw: None)
     wiring.registry.cache_clear()
     wiring.tool_policy.cache_clear()
@@ -96,8 +99,13 @@ def search() -> dict[str, Any]:
     return tool_call("p1", "search_public", {"query": "retry quarantine"})
 
 
-def write(sources: list[str] | None) -> dict[str, Any]:
-    args = {"path": "run-output/notes/retry.md", "content": "Retry three times."}
+# A sentence of the retrieved retry policy (runs/fixtures/corpus/retry-policy.md), respaced.
+COPIED = "A task is retried  automatically at most three times."
+OWN = "Retry three times."
+
+
+def write(sources: list[str] | None, content: str = COPIED) -> dict[str, Any]:
+    args = {"path": "run-output/notes/retry.md", "content": content}
     return tool_call("p2", "write_artifact", args, sources=sources)
 
 
@@ -108,7 +116,7 @@ def final(cites: list[str]) -> dict[str, Any]:
 # ---- when_untrusted ---------------------------------------------------------------------------
 
 
-def test_a_write_citing_an_untrusted_search_result_waits_for_a_person() -> None:
+def test_a_write_copying_an_untrusted_search_result_waits_for_a_person() -> None:
     run_id = start([search(), write(["tool-1"]), final(["tool-2"])], [SEARCH, WRITE])
     run = advance(run_id)
 
@@ -116,12 +124,15 @@ def test_a_write_citing_an_untrusted_search_result_waits_for_a_person() -> None:
         TrustLabel.UNTRUSTED_CONTENT.value
     )
     assert run.status == Status.WAITING_CONFIRMATION.value
-    assert run.tool_policy == {"write_artifact": {"confirmation": "when_untrusted"}}
+    assert run.tool_policy == {
+        "write_artifact": {"confirmation": "when_untrusted", "arguments": {"content": "confirm"}}
+    }
     assert not m.Artifact.objects.filter(run_id=run_id).exists()
     required = confirmation_events(run_id)[-1]
     assert required["result"] == "required"
     assert required["why"] == "UNTRUSTED_PROVENANCE"
     assert required["untrusted_observation_ids"] == ["tool-1"]
+    assert required["untrusted_arguments"] == ["content"]
 
     # The person approves the exact call: it runs once, and the run finishes.
     pending = Confirmation.objects.get(pk=run.pending_confirmation_id)
@@ -133,28 +144,20 @@ def test_a_write_citing_an_untrusted_search_result_waits_for_a_person() -> None:
     assert m.Artifact.objects.filter(run_id=run_id).count() == 1
 
 
-def test_the_same_write_citing_only_trusted_observations_runs() -> None:
-    run_id = start([search(), write(["user-1"]), final(["tool-2"])], [SEARCH, WRITE])
-    run = advance(run_id)
-
-    assert (run.status, run.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
-    assert m.Artifact.objects.filter(run_id=run_id).count() == 1
-    assert not Confirmation.objects.filter(run_id=run_id).exists()
-    assert confirmation_events(run_id)[-1]["result"] == "not-required"
-
-
-@pytest.mark.parametrize("sources", [None, ["tool-99"]], ids=["cites-nothing", "cites-unknown"])
-def test_a_write_that_hides_its_sources_is_tainted_by_what_the_planner_saw(sources: Any) -> None:
-    run_id = start([search(), write(sources), final(["tool-2"])], [SEARCH, WRITE])
-    run = advance(run_id)
-
-    assert run.status == Status.WAITING_CONFIRMATION.value
-    required = confirmation_events(run_id)[-1]
-    assert (required["why"], required["untrusted_observation_ids"]) == (
-        "UNTRUSTED_CONTEXT",
-        ["tool-1"],
-    )
-    assert not m.Artifact.objects.filter(run_id=run_id).exists()
+@pytest.mark.parametrize(
+    "sources",
+    [["tool-1"], ["user-1"], None, ["tool-99"]],
+    ids=["search", "request", "none", "unknown"],
+)
+def test_what_the_write_cites_changes_nothing(sources: Any) -> None:
+    """The runtime's provenance decides: the copied content waits citing only the request (or
+    nothing), the planner's own words run citing the untrusted search."""
+    copied = advance(start([search(), write(sources), final(["tool-2"])], [SEARCH, WRITE]))
+    assert copied.status == Status.WAITING_CONFIRMATION.value
+    assert confirmation_events(copied.pk)[-1]["untrusted_observation_ids"] == ["tool-1"]
+    own = advance(start([search(), write(sources, OWN), final(["tool-2"])], [SEARCH, WRITE]))
+    assert (own.status, own.stop_reason) == ("completed", "FINAL_ANSWER_VALIDATED")
+    assert confirmation_events(own.pk)[-1]["result"] == "not-required"
 
 
 # ---- pattern and url_host_in on real calls ----------------------------------------------------
@@ -265,12 +268,13 @@ def test_auto_constraints_let_a_matching_call_run_without_asking(world: Any) -> 
 
 def test_a_tool_labels_the_parts_of_its_result(world: Any, client: Any, operator: Any) -> None:
     """The ticket's system fields keep the contract's trust; its description is untrusted, so
-    the observation as a whole is untrusted and a write citing it waits under when_untrusted."""
+    the observation as a whole is untrusted, and a comment on the ticket its description names
+    waits under when_untrusted."""
     world.AGENTCONSOLE_TOOL_POLICY = {"tracker_comment": {"confirmation": "when_untrusted"}}
     wiring.tool_policy.cache_clear()
     outputs = [
         tool_call("p1", "tracker_read", {"ticket": "OPS-7"}),
-        tool_call("p2", "tracker_comment", {"ticket": "OPS-7", "text": "x"}, sources=["tool-1"]),
+        tool_call("p2", "tracker_comment", {"ticket": "SEC-1", "text": "x"}),
     ]
     run_id = start(outputs, [READ_TICKET, COMMENT])
     run = advance(run_id)
@@ -313,7 +317,10 @@ def test_a_bad_deployment_policy_stops_the_start(world: Any) -> None:
 def _profile(tool_policy: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": "notes",
-        "planner": {"kind": "fixture", "outputs": [search(), write(["user-1"]), final(["tool-2"])]},
+        "planner": {
+            "kind": "fixture",
+            "outputs": [search(), write(["user-1"], OWN), final(["tool-2"])],
+        },
         "tools": ["search_public", "write_artifact"],
         "grant_templates": [SEARCH, WRITE],
         "tool_policy": tool_policy,
@@ -350,11 +357,18 @@ def test_a_run_keeps_the_policy_it_was_created_with(operator: Any, alice: Any) -
     second = profiles.run_from_profile(user=alice, ref="notes", goal="g", enqueue=False)
 
     waiting = advance(first.run_id)
+    # The deployment's argument rules join the profile's stricter mode.
     assert waiting.tool_policy == {
-        "write_artifact": {"confirmation": "always", "approvers": "owner"}
+        "write_artifact": {
+            "confirmation": "always",
+            "approvers": "owner",
+            "arguments": {"content": "confirm"},
+        }
     }
     assert waiting.status == Status.WAITING_CONFIRMATION.value
     assert confirmation_events(first.run_id)[-1]["why"] == "TOOL_POLICY_ALWAYS"
     done = advance(second.run_id)
-    assert done.tool_policy == {"write_artifact": {"confirmation": "when_untrusted"}}
+    assert done.tool_policy == {
+        "write_artifact": {"confirmation": "when_untrusted", "arguments": {"content": "confirm"}}
+    }
     assert done.status == Status.COMPLETED.value

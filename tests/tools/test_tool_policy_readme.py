@@ -77,7 +77,7 @@ def _run(outputs: list[Any]) -> m.Run:
     state = services.run_create(
         subject="alice",
         goal="Tell the ticket what we found.",
-        budgets=RunBudgets(max_steps=8, max_tool_calls=4, max_repeated_proposal=2),
+        budgets=RunBudgets(max_steps=8, max_tool_calls=5, max_repeated_proposal=2),
         grants=readme_grants(),
         planner={"kind": "fixture", "outputs": outputs},
     )
@@ -99,10 +99,16 @@ def test_the_readme_example_runs_as_described(readme_deployment: Any) -> None:
     clean = tool_call(
         "p5", "tracker_comment", {"ticket": "OPS-7", "text": "on it", "labels": ["ops"]}
     )
-    tainted = tool_call(
-        "p6", "tracker_comment", {"ticket": "OPS-7", "text": "as asked"}, sources=["tool-1"]
+    # Quoting the untrusted description in the text is allowed (text: carry), and cites it.
+    quoted = tool_call(
+        "p6",
+        "tracker_comment",
+        {"ticket": "OPS-7", "text": "Reported: disk full on build-3."},
+        sources=["tool-1"],
     )
-    run = _run([read, bad_id, elsewhere, labelled, clean, tainted])
+    # The ticket named in the description, citing only the user's request: it waits anyway.
+    tainted = tool_call("p7", "tracker_comment", {"ticket": "SEC-1", "text": "as asked"})
+    run = _run([read, bad_id, elsewhere, labelled, clean, quoted, tainted])
 
     assert m.Observation.objects.get(run_id=run.pk, observation_id="tool-1").trust == (
         "untrusted-content"
@@ -113,9 +119,20 @@ def test_the_readme_example_runs_as_described(readme_deployment: Any) -> None:
         ("policy-3", "CAPABILITY_CONSTRAINT_VIOLATED"),  # a link to another host
         ("policy-4", "CAPABILITY_CONSTRAINT_VIOLATED"),  # a label not in the list
     ]
-    # The comment citing only the user's request was posted at once, naming its proposal.
-    assert [c["by"] for c in tracker.COMMENTS.values()] == [f"agentconsole {run.pk}/p5"]
-    # The comment citing the ticket's untrusted description waits for a person.
+    # The comments whose arguments came from the user or carry only quoted text were posted at
+    # once, each naming its proposal.
+    assert [c["by"] for c in tracker.COMMENTS.values()] == [
+        f"agentconsole {run.pk}/p5",
+        f"agentconsole {run.pk}/p6",
+    ]
+    # The comment on the ticket read in the untrusted description waits for the owner.
     assert run.status == Status.WAITING_CONFIRMATION.value
     pending = Confirmation.objects.get(pk=run.pending_confirmation_id)
-    assert pending.proposal["proposal_id"] == "p6"
+    assert pending.proposal["proposal_id"] == "p7"
+    asked = m.TraceEvent.objects.filter(
+        run_id=run.pk, event="policy.confirmation.checked", details__result="required"
+    ).get()
+    assert (asked.details["why"], asked.details["untrusted_arguments"]) == (
+        "UNTRUSTED_PROVENANCE",
+        ["ticket"],
+    )
