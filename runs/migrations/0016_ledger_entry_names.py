@@ -6,7 +6,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0012_run_outcome"),
+        ("runs", "0014_trace_chain"),
     ]
 
     operations = [
