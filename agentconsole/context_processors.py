@@ -21,12 +21,16 @@ _NAV: tuple[tuple[str, str, str, str], ...] = (
     ("Tools", "/tools/", "operator", ""),
     ("Memory", "/memory/", "operator", ""),
     ("My preferences", "/preferences/", "everyone", ""),
+    # The Django admin (read-only records, accounts and their roles): only who may enter it.
+    ("Admin", "/admin/", "admin", ""),
 )
 
 
 def _may(user: Any, who: str) -> bool:
     if who == "operator":
         return is_operator(user)
+    if who == "admin":
+        return is_admin(user) and bool(user.is_staff)
     if who == "reviewer":
         return is_reviewer(user) or is_operator(user)
     return True

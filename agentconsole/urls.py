@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
@@ -11,6 +12,13 @@ from agentconsole import auth, console, health, metrics
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness only: the process answers HTTP. Checks nothing else, so it never flaps."""
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico on pages that name no icon (the Django admin's): the
+    console's icon, under its collected (hashed) name, so not a permanent redirect."""
+    return HttpResponseRedirect(static("console/favicon.svg"))
 
 
 @auth.sign_in_page
@@ -33,6 +41,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("agentconsole.api_urls")),
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon, name="favicon"),
     # Readiness (database, broker, channel layer, a worker's heartbeat) and the Prometheus
     # scrape (operators or the metrics token); agentconsole/health.py, agentconsole/metrics.py.
     path("readyz", health.readyz, name="readyz"),

@@ -76,6 +76,9 @@ class PreferenceHistory(models.Model):
 
     class Meta:
         ordering = ["subject", "key", "version", "id"]
+        # One row is an entry of the history; Django's own plural would be "preference historys".
+        verbose_name = "preference history entry"
+        verbose_name_plural = "preference history"
         constraints = [
             models.CheckConstraint(
                 condition=Q(action__in=HISTORY_ACTIONS), name="history_action_valid"

@@ -303,6 +303,8 @@ class LedgerEntry(models.Model):
 
     class Meta:
         ordering = ["id"]
+        # Django's own plural would read "ledger entrys" in the admin.
+        verbose_name_plural = "ledger entries"
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=LEDGER_STATUSES), name="ledger_status_valid"

@@ -20,6 +20,7 @@ from django.utils import timezone
 from policy.domain.errors import DomainError
 from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import ToolPolicyInvalid, parse_tool_policy, tool_facts
+from policy.roles import actor_name, is_operator
 from runs import services
 from runs.context import RunsContext, resolve
 from runs.domain.profiles import (
@@ -214,6 +215,31 @@ def profile_create(
         _name_free(spec.name)  # the name was taken concurrently: refuse in words
         raise
     return row
+
+
+def profiles_load(
+    *, data: Sequence[Mapping[str, Any]], by: Any, ctx: RunsContext | None = None
+) -> tuple[list[str], list[str]]:
+    """Create the profiles whose name is free, in one transaction (one refused: none written);
+    a profile that exists by that name is kept as it is, an operator's edits included, so a
+    deploy script may load the same files again. Returns (created, kept) names.
+
+    ``by`` becomes the profile's author, whose grants a run gets: an operator or an admin, as
+    on the console's profile pages."""
+    if not (getattr(by, "is_active", False) and is_operator(by)):
+        raise ProfileInvalid(
+            f"{actor_name(by)!r} is not an operator or an admin: only they define profiles",
+            code="PROFILE_AUTHOR_NOT_OPERATOR",
+        )
+    created, kept = [], []
+    with transaction.atomic():
+        for item in data:
+            name = item.get("name") if isinstance(item, Mapping) else None
+            if isinstance(name, str) and RunProfile.objects.filter(name=name).exists():
+                kept.append(name)
+                continue
+            created.append(profile_create(data=item, by=by, ctx=ctx).name)
+    return created, kept
 
 
 def profile_update(

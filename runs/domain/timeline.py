@@ -141,6 +141,9 @@ def _decided(d: Mapping[str, Any]) -> tuple[Tone, str]:
     if isinstance(approved_by, list) and (len(approved_by) > 1 or decision != "approved"):
         # Four eyes: name every approver, and who had approved an item that was then declined.
         text += f" (approved by {', '.join(str(n) for n in approved_by)})" if approved_by else ""
+    if d.get("reason"):
+        # Why a person said no (or yes) is the line's point, not a detail behind the toggle.
+        text += f": {d['reason']}"
     return tone, text
 
 

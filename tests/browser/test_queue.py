@@ -96,6 +96,15 @@ def test_decline_with_a_reason(
         "declined", "operator", "the user never asked to change the language",
     )  # fmt: skip
 
+    # The run's timeline says why on the decision's own line, "Show event details" unticked.
+    page.goto(f"/runs/{run['run_id']}/")
+    decision = page.locator("li[data-event='confirmation.decided'] .trace-summary")
+    assert decision.is_visible()
+    assert decision.inner_text() == (
+        "Confirmation declined by operator: the user never asked to change the language"
+    )
+    assert not page.get_by_label("Show event details").is_checked()
+
 
 def test_a_proposal_that_changed_is_refused_and_nothing_is_decided(
     new_page: Callable[..., Any], console: Console

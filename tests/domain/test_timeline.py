@@ -182,3 +182,24 @@ def test_a_model_step_names_its_model_endpoint_and_tokens() -> None:
         }
     )
     assert fixture.summary == "Planner proposed a final answer (fixture)"
+
+
+def test_a_decision_says_why_on_its_own_line() -> None:
+    """issue 24 item 8: the decline reason is read without "Show event details"."""
+    declined = describe(
+        {
+            "sequence": 8,
+            "event": "confirmation.decided",
+            "details": {"decision": "declined", "by": "operator", "reason": "not for this user"},
+        }
+    )
+    assert declined.summary == "Confirmation declined by operator: not for this user"
+    assert declined.tone is Tone.BAD
+    silent = describe(
+        {
+            "sequence": 8,
+            "event": "confirmation.decided",
+            "details": {"decision": "approved", "by": "o"},
+        }
+    )
+    assert silent.summary == "Confirmation approved by o"

@@ -1,7 +1,8 @@
 """python manage.py load_demo — demo users, the demo corpus and the demo runs.
 
 Development only (issue 9 item 7): it refuses to run with DEBUG off, and there is no flag to
-override that; a deployment creates its accounts with ``createsuperuser``. Missing demo users are
+override that; a deployment creates its accounts with ``createsuperuser`` and ``grant_role``
+(docs/deploy.md, "The first hour"). Missing demo users are
 created with their user name as password; an existing user is never changed (a changed password
 stays changed). Documents are upserted; the demo runs (``runs.demo_runs``: one of each state the
 console shows) are made by the real runner, each only when it is not there yet.
@@ -47,7 +48,8 @@ class Command(BaseCommand):
         elif not settings.DEBUG:
             raise CommandError(
                 "load_demo creates accounts with public passwords (admin/admin): it runs only "
-                "on a development setup (DEBUG=1). Create real accounts with createsuperuser."
+                "on a development setup (DEBUG=1). Create real accounts with createsuperuser "
+                "and grant_role (docs/deploy.md, The first hour)."
             )
         lines = _demo_users()
         logins = Path(settings.BASE_DIR) / "var" / "demo-logins.txt"
