@@ -6,7 +6,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0014_trace_chain"),
+        ("runs", "0015_provenance"),
     ]
 
     operations = [
