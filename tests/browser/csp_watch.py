@@ -57,7 +57,7 @@ def watch(page: Any, origin: str) -> Watch:
             seen.violations.append(f"{page.url}: console: {message.text}")
         elif message.type == "error":
             where = message.location.get("url", "")
-            # Chromium asks for /favicon.ico by itself (the console has no icon): not the page.
+            # Chromium asks for /favicon.ico by itself on pages that name no icon: not the page.
             if not where.endswith("/favicon.ico"):
                 seen.errors.append(f"{page.url}: console: {message.text} ({where})")
 
@@ -66,6 +66,11 @@ def watch(page: Any, origin: str) -> Watch:
             seen.failed.append(f"{page.url}: {answer.status} {answer.url}")
 
     def request_failed(request: Any) -> None:
+        # Chromium fetches the page's icon after the page itself, and drops that request
+        # (ERR_ABORTED) when the walk moves on first: a navigation, not a failure.
+        icon = request.url.endswith(("/favicon.svg", "/favicon.ico"))
+        if icon and "ERR_ABORTED" in str(request.failure):
+            return
         if request.url.startswith(origin):
             seen.failed.append(f"{page.url}: {request.failure} {request.url}")
 

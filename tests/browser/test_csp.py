@@ -113,7 +113,7 @@ NOT_PAGE_ROUTES = {
     "home", "logout", "profile-archive", "console-run-cancel", "handoff-claim",
     "handoff-resolve", "confirmation-approve", "confirmation-decline", "confirmation-exact",
     "mcp-tool-accept", "preference-propose", "preferences-export", "change-confirm",
-    "change-cancel", "memory-revoke", "healthz", "readyz", "metrics",
+    "change-cancel", "memory-revoke", "healthz", "readyz", "metrics", "favicon",
     "admin-login-throttled",  # /admin/login/, visited as admin:login
 }  # fmt: skip
 
