@@ -95,7 +95,10 @@ def console() -> Iterator[Console]:
 
 
 @pytest.fixture(scope="session")
-def browser(console: Console) -> Iterator[Any]:
+def chromium_browser() -> Iterator[Any]:
+    """The one Chromium of the session. Playwright's sync API runs an event loop of its own: a
+    second ``sync_playwright()`` while this one lives fails ("Sync API inside the asyncio
+    loop"), so every browser test module takes its pages from this browser."""
     from playwright.sync_api import sync_playwright  # import here: absent where tests skip
 
     with sync_playwright() as p:
@@ -104,6 +107,11 @@ def browser(console: Console) -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(scope="session")
+def browser(console: Console, chromium_browser: Any) -> Any:
+    return chromium_browser
 
 
 @pytest.fixture

@@ -31,12 +31,10 @@ import pytest
 from bench.harness import Context, private_database
 from bench.stack import _env, _start_daphne, _start_workers, forget_queue
 from tests.browser.browser_kit import (
-    CHROMIUM_ARGS,
     DESKTOP,
     PHONE,
     ROOT,
     TIMEOUT_MS,
-    chromium_path,
     layout_problems,
     login,
     missing,
@@ -133,15 +131,9 @@ def install() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def chromium(install: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright  # import here: absent where tests skip
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+def chromium(install: str, chromium_browser: Any) -> Any:
+    # The session's browser (tests/browser/conftest.py): a second sync Playwright cannot start.
+    return chromium_browser
 
 
 @pytest.fixture
