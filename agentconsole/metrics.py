@@ -107,20 +107,24 @@ def observe_step_latency(seconds: float) -> None:
 MODEL_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
-def observe_model_latency(samples: Sequence[tuple[str, float]]) -> None:
-    """The gateway's attempts, (endpoint, seconds) each, added in one round trip."""
+def observe_model_latency(samples: Sequence[tuple[str, str, float]]) -> None:
+    """The gateway's attempts, (kind, lane, seconds) each, added in one round trip: a model
+    call's lane is its endpoint, an MCP tool call's ``mcp:<server>``."""
     client = shared()
     if client is None or not samples:
         return
     try:
         with client.pipeline(transaction=False) as pipe:
-            for endpoint, seconds in samples:
+            for kind, lane, seconds in samples:
+                prefix, name = (
+                    ("mcp", lane.removeprefix("mcp:")) if kind == "tool" else ("model", lane)
+                )
                 bucket = next((str(b) for b in MODEL_BUCKETS if seconds <= b), _INF)
-                pipe.hincrby(REDIS_KEY, f"model_bucket:{endpoint}:{bucket}", 1)
-                pipe.hincrbyfloat(REDIS_KEY, f"model_sum:{endpoint}", seconds)
+                pipe.hincrby(REDIS_KEY, f"{prefix}_bucket:{name}:{bucket}", 1)
+                pipe.hincrbyfloat(REDIS_KEY, f"{prefix}_sum:{name}", seconds)
             pipe.execute()
     except redis.RedisError as exc:  # lost samples, never a failed call
-        log.debug("model latency not recorded: %s", exc.__class__.__name__)
+        log.debug("call latency not recorded: %s", exc.__class__.__name__)
 
 
 def on_lease_taken_over(sender: Any = None, run_ids: list[str] | None = None, **_: Any) -> None:
@@ -311,23 +315,27 @@ class StateCollector(Collector):
             buckets=buckets,
             sum_value=float(fields.get("step_sum", 0.0)),
         )
-        yield _model_histogram(fields)
+        yield _call_histogram(
+            fields, "model", "endpoint", "Wall time of one attempt of a model call in the gateway."
+        )
+        yield _call_histogram(
+            fields, "mcp", "server", "Wall time of one MCP tool call made by the gateway."
+        )
 
 
-def _model_histogram(fields: dict[str, str]) -> Metric:
+def _call_histogram(fields: dict[str, str], prefix: str, label: str, text: str) -> Metric:
+    """A histogram of the gateway's call attempts, one series per ``label`` value."""
     family = HistogramMetricFamily(
-        "agentconsole_model_call_latency_seconds",
-        "Wall time of one attempt of a model call in the gateway, by endpoint.",
-        labels=["endpoint"],
+        f"agentconsole_{prefix}_call_latency_seconds", text, labels=[label]
     )
-    endpoints = sorted(k.split(":", 1)[1] for k in fields if k.startswith("model_sum:"))
-    for endpoint in endpoints:
+    names = sorted(k.split(":", 1)[1] for k in fields if k.startswith(f"{prefix}_sum:"))
+    for name in names:
         cumulative = 0
         buckets: list[tuple[str, float]] = []
         for bound in [*map(str, MODEL_BUCKETS), _INF]:
-            cumulative += int(fields.get(f"model_bucket:{endpoint}:{bound}", 0))
+            cumulative += int(fields.get(f"{prefix}_bucket:{name}:{bound}", 0))
             buckets.append((bound, cumulative))
-        family.add_metric([endpoint], buckets, float(fields.get(f"model_sum:{endpoint}", 0.0)))
+        family.add_metric([name], buckets, float(fields.get(f"{prefix}_sum:{name}", 0.0)))
     return family
 
 

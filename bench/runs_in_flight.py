@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -76,6 +77,33 @@ def _groups_memory(pgrps: set[int]) -> tuple[int, int]:
                     kb = int(value.split()[0]) * 1024
                     rss, pss = (rss + kb, pss) if name == "Rss" else (rss, pss + kb)
     return rss, pss
+
+
+def _stat(entry: str) -> tuple[str, list[str]]:
+    """(command name, the fields after it) of ``/proc/<entry>/stat``."""
+    stat = Path(f"/proc/{entry}/stat").read_text()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def _cpu_seconds(pgrps: dict[str, set[int]]) -> dict[str, float]:
+    """CPU seconds (user + system, with the children each process has reaped) of every process
+    group in ``pgrps``, and of PostgreSQL's and Redis's servers (by command name): read at the
+    start and the end of a size, their difference says which process the machine's time went
+    to. A process that exits unreaped between the two reads is not counted."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys([*pgrps, "postgresql", "redis"], 0.0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            comm, f = _stat(entry)
+            seconds = sum(int(v) for v in f[11:15]) / tick  # utime stime cutime cstime
+            names = [name for name, groups in pgrps.items() if int(f[2]) in groups]
+            names += ["postgresql"] if comm == "postgres" else []
+            names += ["redis"] if comm.startswith("redis-server") else []
+            for name in names:
+                out[name] += seconds
+    return out
 
 
 class _Sampler(threading.Thread):
@@ -253,12 +281,15 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
                 }
             )
             sampler.start()
+            cpu_before, usage_before = _cpu_seconds(sampler.groups), _own_cpu()
             started, t0 = time.monotonic(), time.time()
             outcomes = asyncio.run(burst.send_all("127.0.0.1", int(env["PORT"]), requests))
             created_s = time.time() - t0
             sent = {o.body["run_id"]: o.sent_at for o in outcomes if o.status == 201}
             _finished(list(sent), window_s, started)
             peak = sampler.stop()
+            cpu = _cpu_delta(cpu_before, _cpu_seconds(sampler.groups))
+            cpu["bench_client_and_model"] = round(_own_cpu() - usage_before, 1)
             out = _outcome(list(sent), sent)
             out["phases"] = _phases(list(sent))
             served = model.total
@@ -273,10 +304,23 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
         "create_s": created_s,
         "wall_s": out["last_end"] - t0,
         "peak_rss": peak,
+        "cpu_s": cpu,
         "model_requests": served,
         "peak_in_flight": peak_calls,
         "alive_at_end": alive,
     }
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    # "gateway" is also in "workers_gateway": the workers' own figure is the difference.
+    delta = {name: round(after[name] - before[name], 1) for name in after}
+    delta["workers"] = round(delta.pop("workers_gateway") - delta["gateway"], 1)
+    return delta
 
 
 # --- the peer --------------------------------------------------------------------------------
@@ -287,6 +331,8 @@ def _peer(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
     argv = [sys.executable, "-m", "bench.peer_in_flight", "--n", str(n)]
     argv += ["--base-url", model.base_url, "--database-url", ctx.database_url]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    servers, usage = _cpu_seconds({}), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = _own_cpu()
     try:
         done = subprocess.run(  # noqa: S603 — our own module
             argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=window_s, check=False
@@ -298,7 +344,16 @@ def _peer(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
     if done.returncode != 0:
         raise RuntimeError(f"the LangGraph peer failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {**result, "peak_in_flight": model.peak_in_flight, "model_requests": model.total}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = {k: round(v - servers[k], 1) for k, v in _cpu_seconds({}).items()}
+    cpu["peer"] = round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 1)
+    cpu["bench_model"] = round(_own_cpu() - own, 1)
+    return {
+        **result,
+        "cpu_s": cpu,
+        "peak_in_flight": model.peak_in_flight,
+        "model_requests": model.total,
+    }
 
 
 # --- figures ---------------------------------------------------------------------------------
@@ -333,6 +388,7 @@ def _figures(n: int, ours: dict[str, Any], peer: dict[str, Any] | None) -> dict[
         "burst_resets": ours["creates"].get("reset", 0),
         "run_statuses": ours["statuses"],
         "phases_p50_s": ours["phases"],
+        "cpu_s": ours["cpu_s"],
     }
     if peer is None or "error" in peer:
         why = "LangGraph is not installed: pip install -e '.[bench]'"
@@ -347,6 +403,7 @@ def _figures(n: int, ours: dict[str, Any], peer: dict[str, Any] | None) -> dict[
         "p99_s": round(percentile(peer["latencies_s"], 99), 2),
         "lost": peer["lost"],
         "model_requests": peer["model_requests"],
+        "cpu_s": peer["cpu_s"],
     }
     ratio = ours["wall_s"] / peer["wall_s"]
     fig["wall_vs_peer"] = round(ratio, 2)

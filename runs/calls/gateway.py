@@ -51,9 +51,10 @@ SETTLE_BATCH = 500
 # Calls claimed per endpoint and round, at most (each round is one short transaction).
 CLAIM_BATCH = 500
 
-# (endpoint, seconds) samples of finished attempts: the latency histogram (in the database
-# thread, a batch at a time: never a round trip on the event loop per call).
-Observe = Callable[[Sequence[tuple[str, float]]], None]
+# (kind, lane, seconds) samples of finished attempts, a model call's lane being its endpoint and
+# an MCP tool call's ``mcp:<server>``: the latency histograms (in the database thread, a batch at
+# a time: never a round trip on the event loop per call).
+Observe = Callable[[Sequence[tuple[str, str, float]]], None]
 
 
 class Gateway:
@@ -90,7 +91,7 @@ class Gateway:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._results: asyncio.Queue[records.Result] = asyncio.Queue()
         self._wake = asyncio.Event()
-        self._latencies: list[tuple[str, float]] = []
+        self._latencies: list[tuple[str, str, float]] = []
         self.sent = 0  # attempts started by this process (the bench and the tests read it)
 
     @property
@@ -202,6 +203,7 @@ class Gateway:
                 result = await tool_calls.make(
                     c, tools=self._tool_set, now_ms=self.clock.now_ms, mark_sent=mark
                 )
+                self._latencies.append((c.kind, c.endpoint, (result.latency_ms or 0) / 1000))
                 self._results.put_nowait(result)
                 return
             endpoint = self.endpoints[c.endpoint]
@@ -213,7 +215,7 @@ class Gateway:
             sent = await ep.send(
                 self._clients[c.endpoint], c.body, timeout_s=min(endpoint.timeout_s, left_s)
             )
-            self._latencies.append((c.endpoint, sent.latency_s))
+            self._latencies.append((c.kind, c.endpoint, sent.latency_s))
             self._results.put_nowait(self._result(c, endpoint, sent))
         except asyncio.CancelledError:
             # Abandoned by its run (or our lease lapsed): only the attempt is recorded.
@@ -319,7 +321,7 @@ class Gateway:
                     self._results.task_done()
             self._wake.set()  # slots are free again
 
-    def _after_settle(self, owed: list[str], samples: list[tuple[str, float]]) -> None:
+    def _after_settle(self, owed: list[str], samples: list[tuple[str, str, float]]) -> None:
         for run_id in owed:
             self.send_advance(run_id)
         if self.observe is not None:

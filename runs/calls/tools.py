@@ -94,6 +94,7 @@ async def _outcome(
         confirmation_id=request.get("confirmation_id"),
         proposal_id=request.get("proposal_id"),
         secrets=secrets,
+        trace_headers=request.get("trace", {}),
     )
     outcome = await waiting.call(
         dict(request["arguments"]), ctx, timeout_ms=left_ms, before_send=mark_sent

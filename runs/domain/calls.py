@@ -118,6 +118,9 @@ class ToolRequest:
     confirmation_id: str | None
     step: int
     not_before_ms: int = 0  # a retry's backoff (0: at once)
+    # The W3C trace context of the step that recorded the call (empty when nothing is traced):
+    # the gateway sends it on, so the server's spans join the run's trace.
+    trace: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -129,6 +132,7 @@ class ToolRequest:
         attempt: int,
         step: int,
         not_before_ms: int = 0,
+        trace: dict[str, str] | None = None,
     ) -> ToolRequest:
         return cls(
             lane=lane,
@@ -143,11 +147,12 @@ class ToolRequest:
             confirmation_id=command.confirmation_id,
             step=step,
             not_before_ms=not_before_ms,
+            trace=dict(trace or {}),
         )
 
     def body(self) -> dict[str, Any]:
         """What is recorded (and hashed) as the call's request."""
-        return {
+        return ({"trace": self.trace} if self.trace else {}) | {
             "tool": self.tool,
             "version": self.version,
             "arguments": self.arguments,

@@ -87,6 +87,7 @@ def _request(
         attempt=attempt,
         step=state.step,
         not_before_ms=start if delay_ms else 0,
+        trace=runner.telemetry.trace_headers() if runner.telemetry.enabled else None,
     )
     return tool_call_id(state.run_id, command.idempotency_token, attempt), request
 

@@ -270,8 +270,20 @@ def test_mcp_calls_in_flight_and_queued_per_server(people: People, settings: Any
 
 def test_model_call_latency_histogram_per_endpoint(shared_key: str, settings: Any) -> None:
     settings.AGENTCONSOLE_METRICS_TOKEN = TOKEN
-    metrics.observe_model_latency([("fast", 0.2), ("fast", 3.0), ("slow", 200.0)])
+    metrics.observe_model_latency(
+        [
+            ("model", "fast", 0.2),
+            ("model", "fast", 3.0),
+            ("model", "slow", 200.0),
+            ("tool", "mcp:notes", 0.3),
+        ]
+    )
     got = samples(scrape(HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode())
+    # An MCP server's calls have a histogram of their own, by server.
+    mcp = "agentconsole_mcp_call_latency_seconds"
+    assert got[f'{mcp}_bucket{{le="0.5",server="notes"}}'] == 1
+    assert got[f'{mcp}_bucket{{le="0.25",server="notes"}}'] == 0
+    assert not any("notes" in k for k in got if k.startswith("agentconsole_model_call"))
     name = "agentconsole_model_call_latency_seconds"
     assert got[f'{name}_bucket{{endpoint="fast",le="0.25"}}'] == 1
     assert got[f'{name}_bucket{{endpoint="fast",le="5.0"}}'] == 2

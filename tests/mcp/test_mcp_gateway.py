@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentconsole import wiring
+from agentconsole import telemetry, wiring
 from runs import models as m
 from runs import services
 from runs.calls import records
@@ -143,6 +145,35 @@ def test_the_gateway_makes_the_call_and_the_run_ends_as_it_does_inline(
     assert m.Run.objects.get(pk=inline.run_id).status == "completed"
     assert tool_calls(inline.run_id) == []
     assert record_of(run.run_id) == record_of(inline.run_id)
+
+
+def test_the_gateway_sends_the_steps_trace_context_and_times_each_call(
+    web_notes: NotesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With tracing on, the worker records its step's trace context with the call and the
+    gateway sends it as the executor would (the server's spans join the run's trace); each
+    call's time goes to the MCP latency histogram, by server."""
+    memory = InMemorySpanExporter()
+    on = telemetry.build(service_name="agentconsole-test", processors=[SimpleSpanProcessor(memory)])
+    monkeypatch.setattr(telemetry, "from_settings", lambda: on)
+    server = register_and_accept(web_notes, lookup=READ_POLICY, whoami=READ_POLICY)
+    run = start(outputs(server), [grant("notes:read", f"mcp/{server}")])
+    services.run_advance(run_id=run.run_id)
+    (call,) = tool_calls(run.run_id)
+    recorded = call.request["trace"]["traceparent"]
+
+    observed: list[tuple[str, str, float]] = []
+    gw = gateway()
+    gw.observe = observed.extend
+    drain(gw)
+    on.shutdown()
+    (seen,) = web_notes.calls("lookup")
+    assert seen["headers"]["traceparent"] == recorded
+    (run_span,) = [s for s in memory.get_finished_spans() if s.name == "run"]
+    assert int(recorded.split("-")[1], 16) == run_span.context.trace_id
+    ((kind, lane, seconds),) = observed
+    assert (kind, lane) == ("tool", f"mcp:{server}")
+    assert 0 < seconds < 30
 
 
 def test_cancelling_a_run_that_waits_on_its_tool_abandons_the_call(
