@@ -1,7 +1,10 @@
 """One send of a recorded model request to its endpoint, asynchronously (the gateway's I/O).
 
-One ``openai.AsyncOpenAI`` client per endpoint, its connection pool as large as the endpoint's
-``max_in_flight`` (the library's default pool would queue calls the database already let go).
+Each endpoint gets a few ``openai.AsyncOpenAI`` clients (``Clients``) whose connection pools
+together are as large as the endpoint's ``max_in_flight`` (the library's default pool would queue
+calls the database already let go). Several small pools, not one large one: httpcore looks at
+every connection of its pool on each request's events, so one pool's cost per call grows with
+the calls in flight (py-spy of the gateway with 200 calls waiting: most of its time was there).
 The client's own retries are off: a failed attempt goes back to the database as a retry with its
 backoff (``runs.domain.model_planning.next_delay_ms``), so a 429's wait holds no slot.
 
@@ -33,17 +36,41 @@ class Sent:
     latency_s: float = 0.0
 
 
-def client_for(endpoint: ModelEndpoint) -> openai.AsyncOpenAI:
-    limits = httpx.Limits(
-        max_connections=endpoint.max_in_flight, max_keepalive_connections=endpoint.max_in_flight
-    )
-    return openai.AsyncOpenAI(
+# Connections per client: a pool this small costs little to scan.
+POOL_SIZE = 32
+
+
+class Clients:
+    """The clients of one endpoint, taken in turn: ``ceil(max_in_flight / POOL_SIZE)`` of
+    them, each with a pool of at most POOL_SIZE connections."""
+
+    def __init__(self, endpoint: ModelEndpoint) -> None:
+        count = -(-endpoint.max_in_flight // POOL_SIZE)
+        size = -(-endpoint.max_in_flight // count)
+        self.clients = [_client(endpoint, size) for _ in range(count)]
+        self._turn = 0
+
+    def next(self) -> openai.AsyncOpenAI:
+        self._turn = (self._turn + 1) % len(self.clients)
+        return self.clients[self._turn]
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+
+
+def _client(endpoint: ModelEndpoint, size: int) -> openai.AsyncOpenAI:
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    client = openai.AsyncOpenAI(
         base_url=endpoint.base_url,
         api_key=endpoint.api_key or PLACEHOLDER_KEY,
         max_retries=0,
         timeout=endpoint.timeout_s,
         http_client=httpx.AsyncClient(limits=limits, timeout=endpoint.timeout_s),
     )
+    # The library imports its resources on first use: here, at start, not on the first call.
+    client.chat.completions.with_raw_response  # noqa: B018
+    return client
 
 
 async def send(client: openai.AsyncOpenAI, body: dict[str, Any], *, timeout_s: float) -> Sent:

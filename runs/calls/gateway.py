@@ -68,7 +68,7 @@ class Gateway:
         poll_s: float,
         clock: Clock = SYSTEM_CLOCK,
         observe: Observe | None = None,
-        client_for: Callable[[ModelEndpoint], Any] = ep.client_for,
+        client_for: Callable[[ModelEndpoint], Any] = ep.Clients,
         doorbell: Callable[[asyncio.Event], Coroutine[Any, Any, None]] | None = None,
         tools: Callable[[], Tools] | None = None,
     ) -> None:
@@ -213,7 +213,7 @@ class Gateway:
                 self._results.put_nowait(self._failed(c, failure, None, 0))
                 return
             sent = await ep.send(
-                self._clients[c.endpoint], c.body, timeout_s=min(endpoint.timeout_s, left_s)
+                self._clients[c.endpoint].next(), c.body, timeout_s=min(endpoint.timeout_s, left_s)
             )
             self._latencies.append((c.kind, c.endpoint, sent.latency_s))
             self._results.put_nowait(self._result(c, endpoint, sent))
