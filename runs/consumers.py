@@ -25,6 +25,7 @@ import os
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -44,6 +45,7 @@ from runs.socket_guard import (
     GuardedSocket,
     Verdict,
     checks_started,
+    verdict,
 )
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
@@ -121,9 +123,34 @@ def _new_readers() -> ThreadPoolExecutor:
 _readers = _new_readers()
 
 
-async def _read_events(run_id: str, after: int) -> list[dict[str, Any]]:
-    read = sync_to_async(_read_events_after, thread_sensitive=False, executor=_readers)
-    return await read(run_id, after)
+# What a socket that starts a read asks to be checked right after it, in the read's own thread:
+# (the check's key, the credential, who may watch). See ``_Socket.allowed_after``.
+CheckSpec = tuple[Hashable, Any, Callable[[Any], bool]]
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read's frames and, when it had any, the verdict of the check that started right after
+    it in the same thread, with that check's key (None: not checked there)."""
+
+    frames: list[dict[str, Any]]
+    checked: tuple[Hashable, Verdict] | None = None
+
+
+def _read_and_check(run_id: str, after: int, check: CheckSpec | None) -> Read:
+    frames = _read_events_after(run_id, after)
+    if not frames or check is None:
+        return Read(frames)
+    key, credential, may_watch = check
+    try:
+        return Read(frames, (key, verdict(credential, may_watch)))
+    except Exception:  # the socket checks on its own, and fails closed there
+        return Read(frames)
+
+
+async def _read_events(run_id: str, after: int, check: CheckSpec | None = None) -> Read:
+    read = sync_to_async(_read_and_check, thread_sensitive=False, executor=_readers)
+    return await read(run_id, after, check)
 
 
 def close_readers() -> None:
@@ -150,7 +177,7 @@ def close_readers() -> None:
 # that doorbell, so it never waits on a read that could miss N.
 _heard: dict[str, int] = {}
 FRESH = 2**62  # a need no read in flight covers
-_reading: dict[tuple[str, int], tuple[int, asyncio.Future[list[dict[str, Any]]]]] = {}
+_reading: dict[tuple[str, int], tuple[int, asyncio.Future[Read]]] = {}
 
 
 _watching: dict[str, int] = {}  # sockets per run in this process: _heard is kept while > 0
@@ -170,11 +197,13 @@ def _watch(run_id: str, delta: int) -> None:
         _heard.pop(run_id, None)
 
 
-async def _events_after(run_id: str, after: int, *, need: int = 0) -> list[dict[str, Any]]:
+async def _events_after(
+    run_id: str, after: int, *, need: int = 0, check: CheckSpec | None = None
+) -> Read:
     key = (run_id, after)
     entry = _reading.get(key)
     if entry is None or entry[0] < need:
-        read = asyncio.ensure_future(_read_events(run_id, after))
+        read = asyncio.ensure_future(_read_events(run_id, after, check))
         entry = (_heard.get(run_id, 0), read)
         _reading[key] = entry
 
@@ -196,6 +225,24 @@ class _Socket(GuardedSocket):
     async def in_thread(self, fn: Callable[[], Verdict]) -> Verdict:
         """The sockets' credential checks run beside their reads, for the same reason."""
         return await sync_to_async(fn, thread_sensitive=False, executor=_readers)()
+
+    def spec(self) -> CheckSpec:
+        credential = self.scope["credential"]
+        return (credential, self.watched()), credential, self.may_watch
+
+    async def allowed_after(self, checked: tuple[Hashable, Verdict] | None) -> bool:
+        """May what a read returned be sent? The check made in the read's thread right after
+        it answers when it is this socket's (same credential, same run): it started after the
+        read finished, as ``still_allowed``'s does, without a second wait for a reader thread
+        (the sockets of a run usually share one credential: its owner's). Else a check now."""
+        if self.ended:
+            return False
+        if checked is None or checked[0] != self.spec()[0]:
+            return await self.still_allowed(after=checks_started())
+        if checked[1] is not None:
+            await self._end(*checked[1])
+            return False
+        return True
 
 
 def _uncount(consumer: Any) -> None:
@@ -276,10 +323,11 @@ class RunTraceConsumer(_Socket):
     async def catch_up(self, *, need: int = 0) -> None:
         async with self.lock:
             while not self.ended:
-                events = await _events_after(self.run_id, self.last, need=need)
+                read = await _events_after(self.run_id, self.last, need=need, check=self.spec())
+                events = read.frames
                 # A check started after the read sees every revocation committed before these
                 # events: none committed after one is sent (runs/socket_guard.py).
-                if events and not await self.still_allowed(after=checks_started()):
+                if events and not await self.allowed_after(read.checked):
                     return
                 for event in events:
                     if self.ended:  # closed meanwhile by the periodic check or a ring

@@ -26,7 +26,7 @@ RUN = "run_shared"
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, asyncio.Future[Any]]]:
     started: list[tuple[int, asyncio.Future[Any]]] = []
 
-    async def read(run_id: str, after: int) -> Any:
+    async def read(run_id: str, after: int, check: Any = None) -> Any:
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         started.append((after, done))
         return await done
@@ -44,7 +44,7 @@ async def _settle() -> None:
 
 
 def _finish(reads: list[tuple[int, asyncio.Future[Any]]], i: int, events: list[int]) -> None:
-    reads[i][1].set_result([{"sequence": s} for s in events])
+    reads[i][1].set_result(consumers.Read([{"sequence": s} for s in events]))
 
 
 def test_sockets_at_one_sequence_share_one_read(reads: list) -> None:
@@ -57,7 +57,7 @@ def test_sockets_at_one_sequence_share_one_read(reads: list) -> None:
         return await asyncio.gather(*waits)
 
     results = run_in_own_loop(scenario)
-    assert results == [[{"sequence": 4}]] * 5
+    assert [r.frames for r in results] == [[{"sequence": 4}]] * 5
     assert consumers._reading == {}  # nothing left in flight
 
 
@@ -76,8 +76,8 @@ def test_a_newer_doorbell_never_joins_an_older_read(reads: list) -> None:
         return await first, await second
 
     first, second = run_in_own_loop(scenario)
-    assert [e["sequence"] for e in second] == [4, 5]
-    assert [e["sequence"] for e in first] == [4]
+    assert [e["sequence"] for e in second.frames] == [4, 5]
+    assert [e["sequence"] for e in first.frames] == [4]
 
 
 def test_a_new_socket_starts_its_own_read_and_others_may_join_it(reads: list) -> None:
@@ -92,8 +92,8 @@ def test_a_new_socket_starts_its_own_read_and_others_may_join_it(reads: list) ->
         assert len(reads) == 2  # the replay read its own; the later socket joined it
         _finish(reads, 0, [1])
         _finish(reads, 1, [1, 2])
-        assert [e["sequence"] for e in await fresh] == [1, 2]
-        assert [e["sequence"] for e in await joined] == [1, 2]
+        assert [e["sequence"] for e in (await fresh).frames] == [1, 2]
+        assert [e["sequence"] for e in (await joined).frames] == [1, 2]
         await older
 
     run_in_own_loop(scenario)
@@ -109,7 +109,7 @@ def test_a_socket_that_goes_away_does_not_cancel_the_shared_read(reads: list) ->
         _finish(reads, 0, [1])
         return await staying
 
-    assert run_in_own_loop(scenario) == [{"sequence": 1}]
+    assert run_in_own_loop(scenario).frames == [{"sequence": 1}]
 
 
 def test_what_was_heard_of_a_run_is_dropped_with_its_last_socket(reads: list) -> None:
