@@ -219,18 +219,24 @@ def test_session_cookie_needs_an_allowed_origin(personas):
     async_to_sync(scenario)()
 
 
-def test_frames_hold_trace_summaries_only(personas):
-    alice = personas["alice"]
-    run_id = _run_for(alice)
+def _replayed_frames(run_id: str, user) -> list[dict]:
+    """The frames a socket of ``user`` on the run replays on connect."""
 
     async def scenario():
-        comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", alice)
+        comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", user)
         assert connected
         frames, _ = await _replay(comm)
         await comm.disconnect()
         return frames
 
-    frames = async_to_sync(scenario)()
+    return async_to_sync(scenario)()
+
+
+def test_frames_hold_trace_summaries_only(personas):
+    alice = personas["alice"]
+    run_id = _run_for(alice)
+
+    frames = _replayed_frames(run_id, alice)
     assert {tuple(sorted(f)) for f in frames} == {
         ("created_at", "details", "event", "proposal_id", "sequence", "summary", "tone", "type")
     }
@@ -256,14 +262,7 @@ def test_a_live_frame_says_what_the_page_says_of_the_same_event(personas):
     alice = personas["alice"]
     run_id = _run_for(alice)
 
-    async def scenario():
-        comm, connected, _ = await _connect(f"/ws/runs/{run_id}/trace/", alice)
-        assert connected
-        frames, _ = await _replay(comm)
-        await comm.disconnect()
-        return frames
-
-    frames = async_to_sync(scenario)()
+    frames = _replayed_frames(run_id, alice)
     client = Client()
     client.force_login(alice)
     page = _page_lines(client, run_id)
