@@ -92,26 +92,27 @@ def _events(commit: Commit, at: At) -> list[Write]:
     ]
 
 
+def _inserted(rows: list[Any]) -> list[Write]:
+    """One INSERT of ``rows``, none when there are none."""
+    return [sqlbatch.insert(rows)] if rows else []
+
+
 def _observations(commit: Commit, at: At) -> list[Write]:
-    if not commit.observations:
-        return []
-    return [
-        sqlbatch.insert(
-            [
-                m.Observation(
-                    run_id=at.run_id,
-                    observation_id=o.observation_id,
-                    kind=o.kind.value,
-                    trust=o.trust.value,
-                    step=o.step,
-                    content=o.content,
-                    content_hash=o.content_hash,
-                    citable=o.citable,
-                )
-                for o in commit.observations
-            ]
-        )
-    ]
+    return _inserted(
+        [
+            m.Observation(
+                run_id=at.run_id,
+                observation_id=o.observation_id,
+                kind=o.kind.value,
+                trust=o.trust.value,
+                step=o.step,
+                content=o.content,
+                content_hash=o.content_hash,
+                citable=o.citable,
+            )
+            for o in commit.observations
+        ]
+    )
 
 
 def _working(commit: Commit, at: At) -> list[Write]:
@@ -135,22 +136,18 @@ def _working(commit: Commit, at: At) -> list[Write]:
 
 def _taint_entries(commit: Commit, at: At) -> list[Write]:
     # The provenance index grows in the commit of the observations it indexes (issue 23).
-    if not commit.taint_entries:
-        return []
-    return [
-        sqlbatch.insert(
-            [
-                m.TaintEntry(
-                    run_id=at.run_id,
-                    seq=e.seq,
-                    observation_id=e.observation_id,
-                    trust=e.trust,
-                    text=e.text,
-                )
-                for e in commit.taint_entries
-            ]
-        )
-    ]
+    return _inserted(
+        [
+            m.TaintEntry(
+                run_id=at.run_id,
+                seq=e.seq,
+                observation_id=e.observation_id,
+                trust=e.trust,
+                text=e.text,
+            )
+            for e in commit.taint_entries
+        ]
+    )
 
 
 def _ledger_intent(commit: Commit, at: At) -> list[Write]:
