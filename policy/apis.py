@@ -1,6 +1,7 @@
 """HTTP API of confirmations: the operator queue, a confirmation with its provenance, and the
 decision. Thin views: the decision is a run transition (runs.services.confirmation_decide), the
-provenance is the run's observations (runs.selectors); the records are policy's.
+provenance is what the runtime recorded in the run's trace, with the observations it names
+(runs.selectors); the records are policy's.
 
 Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
 """

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,10 +30,17 @@ from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
+from policy.domain.provenance_shown import NOT_RECORDED, ProvenanceShown
 from policy.domain.redaction import MASKED_SECRETS, shown_arguments
 from policy.domain.registry import ToolRegistry
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import ConfirmationApproval, Grant
+from policy.provenance_selectors import (
+    Observations,
+    RecordedProvenance,
+    cited_ids,
+    confirmations_provenance,
+)
 from policy.roles import approver_facts, is_operator
 from runs.domain import writes
 
@@ -42,7 +49,7 @@ FOLD_AT = 120  # a value longer than this (or on several lines) is folded on the
 
 # The runs side of provenance (runs.selectors.cited_observations), handed down by the page:
 # {run_id: cited ids} -> {(run_id, observation_id): {"kind", "trust", "step", "content"}}.
-CitedObservations = Callable[..., Mapping[tuple[str, str], Mapping[str, Any]]]
+CitedObservations = Observations
 
 
 GRANT_COLUMNS = (
@@ -245,6 +252,8 @@ class QueueItem:
     # run that was rejected or failed is worth knowing before approving the next.
     run_writes: str = ""
     run_writes_not_applied: int = 0
+    # Where each argument came from, as the runtime recorded it (policy.provenance_selectors).
+    provenance: ProvenanceShown = NOT_RECORDED
 
 
 @dataclass(frozen=True)
@@ -258,6 +267,7 @@ def confirmation_queue(
     viewer: Any,
     registry: ToolRegistry,
     observations: CitedObservations,
+    recorded: RecordedProvenance | None = None,
     limit: int = QUEUE_LIMIT,
 ) -> Queue:
     """Pending confirmations ``viewer`` may decide, oldest first, with what is needed to decide
@@ -270,9 +280,11 @@ def confirmation_queue(
     Approve button (they may still decline it).
 
     A fixed number of queries whatever the queue's length: the confirmations with their run's
-    goal, subject and owner (one join), the cited observations of all of them (one query), the
-    approvals of the four-eyes items among them (one query, only when there are some), and a
-    count only when the page is full.
+    goal, subject and owner (one join), what the runtime recorded of their provenance (one
+    query, with ``recorded``), the observations they cite or that record names (one query), the
+    capabilities of the grants it names (one query, only when it names some), the approvals of
+    the four-eyes items among them (one query, only when there are some), and a count only when
+    the page is full.
     """
     pending = ConfirmationRow.objects.filter(
         _decidable_by(viewer), status=ConfirmationStatus.PENDING.value
@@ -286,10 +298,7 @@ def confirmation_queue(
         ).order_by("requested_at", "id")[:limit]
     )
     total = len(rows) if len(rows) < limit else pending.count()
-    cited: dict[str, set[str]] = {}
-    for row in rows:
-        cited.setdefault(row.run_id, set()).update(_cited_ids(row.proposal))
-    found = observations(cited=cited) if any(cited.values()) else {}
+    provenance = confirmations_provenance(rows, recorded=recorded, observations=observations)
     # Only a rule that needs several approvals has any while pending (a one-approver rule's
     # approval is its decision), so the others need no query.
     several = [r.pk for r in rows if approvals_needed(approver_rule(r.approvers)) > 1]
@@ -297,7 +306,14 @@ def confirmation_queue(
     for a in ConfirmationApproval.objects.filter(confirmation_id__in=several) if several else ():
         approvals.setdefault(a.confirmation_id, []).append(a)
     items = [
-        _queue_item(row, registry, found, viewer=viewer, approvals=approvals.get(row.pk, []))
+        _queue_item(
+            row,
+            registry,
+            provenance.observations,
+            viewer=viewer,
+            approvals=approvals.get(row.pk, []),
+            provenance=provenance.of(row.pk),
+        )
         for row in rows
     ]
     return Queue(items=items, total=total)
@@ -331,6 +347,7 @@ def _queue_item(
     *,
     viewer: Any,
     approvals: list[ConfirmationApproval],
+    provenance: ProvenanceShown = NOT_RECORDED,
 ) -> QueueItem:
     rule = approver_rule(row.approvers)
     person = approver_facts(viewer, run_owner_id=row.run_owner, run_subject=row.run_subject)
@@ -346,7 +363,7 @@ def _queue_item(
     binding = _binding(row, exact, masked=bool(tags))
     # Text that only looks like a tag, under a hash that covers it as written, hides nothing.
     masked = tags if binding == "masked" else ()
-    sources = tuple(_source(i, found.get((row.run_id, i))) for i in _cited_ids(proposal))
+    sources = tuple(_source(i, found.get((row.run_id, i))) for i in cited_ids(proposal))
     return QueueItem(
         confirmation_id=row.pk,
         run_id=row.run_id,
@@ -373,6 +390,7 @@ def _queue_item(
         approve_refusal="" if verdict.allowed else verdict.message,
         run_writes=writes.summary_text(run_writes),
         run_writes_not_applied=writes.not_applied(run_writes),
+        provenance=provenance,
     )
 
 
@@ -391,14 +409,6 @@ def _binding(row: Any, exact: str, *, masked: bool) -> str:
 
 def _arguments(proposal: Any) -> Any:
     return proposal.get("arguments") if isinstance(proposal, dict) else None
-
-
-def _cited_ids(proposal: Any) -> list[str]:
-    """The observation ids a proposal cites, in its order, each once."""
-    ids = proposal.get("source_observation_ids") if isinstance(proposal, dict) else None
-    if not isinstance(ids, list):
-        return []
-    return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
 def _masked(exact: str, lengths: Any) -> tuple[MaskedSecret, ...]:

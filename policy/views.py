@@ -39,6 +39,7 @@ def _queue(request: HttpRequest, *, error: DomainError | None = None) -> HttpRes
         viewer=request.user,
         registry=wiring.registry(),
         observations=run_selectors.cited_observations,
+        recorded=run_selectors.recorded_provenance,
     )
     status = domain_status(error) if error is not None else 200
     return render(

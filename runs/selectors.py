@@ -9,6 +9,7 @@ from typing import Any
 from django.db.models import Q
 
 from memory.models import PreferenceRecord
+from policy import provenance_selectors as policy_provenance
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
 from policy.models import Confirmation
@@ -16,6 +17,7 @@ from policy.roles import is_operator, sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve
+from runs.domain import trace as ev
 from runs.domain.handoff import HandoffStatus
 from runs.rows import row_to_state
 
@@ -153,17 +155,74 @@ def access_run(*, user: Any, run_id: str) -> m.Run:
     return run
 
 
-def confirmation_provenance(*, confirmation: Confirmation) -> list[dict[str, Any]]:
-    """Which observations the pending proposal cites, with their trust labels."""
-    cited = (confirmation.proposal or {}).get("source_observation_ids") or []
-    found = cited_observations(cited={confirmation.run_id: cited})
-    return [
+def confirmation_provenance(*, confirmation: Confirmation) -> dict[str, Any]:
+    """The API's ``provenance`` of a confirmation: where each argument came from as the runtime
+    recorded it (policy.provenance_selectors), and the observations the proposal cites with
+    their trust labels (``cited``)."""
+    found = policy_provenance.confirmations_provenance(
+        [confirmation], recorded=recorded_provenance, observations=cited_observations
+    )
+    run_id = confirmation.run_id
+    cited = [
         {
             "observation_id": i,
-            "trust": found.get((confirmation.run_id, i), {}).get("trust", "missing"),
+            "trust": found.observations.get((run_id, i), {}).get("trust", "missing"),
         }
-        for i in cited
+        for i in policy_provenance.cited_ids(confirmation.proposal)
     ]
+    return {**found.of(confirmation.pk).as_dict(), "cited": cited}
+
+
+# What holds a confirmation's proposal, in the trace: the provenance the runtime computed and the
+# confirmation layer's verdict, both committed with the wait (runs.domain.decide).
+_HELD = (ev.PROPOSAL_PROVENANCE, ev.POLICY_CONFIRMATION_CHECKED, ev.PROPOSAL_WAITING_CONFIRMATION)
+Recorded = tuple[dict[str, Any] | None, dict[str, Any] | None]
+
+
+def recorded_provenance(*, wanted: Mapping[str, tuple[str, str | None]]) -> dict[str, Recorded]:
+    """For each confirmation id → (run id, proposal id): the details of the ``proposal.
+    provenance`` and ``policy.confirmation.checked`` events of the step that asked for it, or
+    (None, None) when the trace has no such wait (a scenario's confirmation, an older run).
+
+    One query whatever the number of confirmations: the events of those proposals (the run's
+    (run, sequence) index narrows to the run, the proposal id to its few events). The step
+    that asked is the last ``proposal.waiting-confirmation`` naming the confirmation; the
+    other two events are the last of theirs before it (one commit emits all three; a proposal
+    id the planner reused at another step has its own, earlier or later, wait)."""
+    pairs = {(run_id, pid) for run_id, pid in wanted.values() if pid}
+    if not pairs:
+        return {}
+    which = Q()
+    for run, proposal in sorted(pairs):
+        which |= Q(run_id=run, proposal_id=proposal)
+    rows = (
+        m.TraceEvent.objects.filter(which, event__in=_HELD)
+        .order_by("run_id", "sequence")
+        .values_list("run_id", "proposal_id", "sequence", "event", "details")
+    )
+    events: dict[tuple[str, str | None], list[tuple[int, str, dict[str, Any]]]] = {}
+    for run_id, pid, seq, event, details in rows:
+        events.setdefault((run_id, pid), []).append((seq, event, details or {}))
+    return {cid: _held(events.get(key, []), cid) for cid, key in wanted.items()}
+
+
+def _held(events: list[tuple[int, str, dict[str, Any]]], confirmation_id: str) -> Recorded:
+    waits = [
+        seq
+        for seq, event, details in events
+        if event == ev.PROPOSAL_WAITING_CONFIRMATION
+        and details.get("confirmation_id") == confirmation_id
+    ]
+    if not waits:
+        return None, None
+    before = [(seq, event, details) for seq, event, details in events if seq < max(waits)]
+    prov = [d for _, e, d in before if e == ev.PROPOSAL_PROVENANCE]
+    checked = [
+        d
+        for _, e, d in before
+        if e == ev.POLICY_CONFIRMATION_CHECKED and d.get("result") == "required"
+    ]
+    return (prov[-1] if prov else None), (checked[-1] if checked else None)
 
 
 def cited_observations(

@@ -4,9 +4,11 @@ computed by the runtime from what the run read, never taken from the planner's w
 For each leaf of the arguments (its JSON path: ``to``, ``labels[1]``, ``item.iban``) the
 origins are found by matching its value (policy.domain.taint) against:
 
-- ``goal``: the user's goal (the run's request), and ``grant``: a value an operator put in a
-  grant's constraints. These are first-party: a value they hold is one a person chose, so it
-  is not *derived from untrusted content* even when retrieved text repeats it;
+- ``goal``: the user's goal (the run's request); ``grant``: a value an operator put in a
+  grant's constraints; ``preference``: the value of one of the user's stored preferences (memory)
+  the planner is given for the step. These are first-party: a value they hold is one a person
+  chose (a preference is only ever stored by its owner's confirmation of that exact value), so
+  it is not *derived from untrusted content* even when retrieved text repeats it;
 - ``trusted-tool``: a trusted tool result the run read (informational: it never clears taint,
   so a value first read in untrusted content stays untrusted when a trusted tool echoes it);
 - ``untrusted``: an untrusted observation the run read, at any step since it started (the
@@ -23,13 +25,16 @@ When the run's index overflowed (``overflow``) every leaf is untrusted-derived.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from policy.domain.taint import LONG, ContentIndex, RunIndex, compact, fold, leaves, normal
+from policy.domain.taint import LONG, SEP, ContentIndex, RunIndex, compact, fold, leaves, normal
 
 GOAL = "goal"
 GRANT = "grant"
+PREFERENCE = "preference"
+# The origins a person vouches for (module docstring).
+FIRST_PARTY = frozenset({GOAL, GRANT, PREFERENCE})
 TRUSTED_TOOL = "trusted-tool"
 UNTRUSTED = "untrusted"
 CITED = "cited"
@@ -41,7 +46,7 @@ MAX_LEAVES = 64
 @dataclass(frozen=True)
 class Origin:
     kind: str
-    ref: str  # an observation id, a grant id, or "goal"
+    ref: str  # an observation id, a grant id, a preference's key, or "goal"
 
 
 @dataclass(frozen=True)
@@ -85,13 +90,24 @@ class ArgumentProvenance:
 
 @dataclass(frozen=True)
 class FirstParty:
-    """What the run's people said: the goal, and each grant's constraint values."""
+    """What the run's people said: the goal, each grant's constraint values, and the values of
+    the user's preferences (each under its key, matched as the goal is)."""
 
     index: ContentIndex
     grants: Mapping[str, frozenset[str]]  # grant id → compact values of its constraints
+    preferences: ContentIndex = field(default_factory=ContentIndex)
+
+    def holds(self, packed: str) -> bool:
+        return self.index.holds(packed) or self.preferences.holds(packed)
 
 
-def first_party(goal: str, grant_constraints: Iterable[tuple[str, Any]]) -> FirstParty:
+def first_party(
+    goal: str,
+    grant_constraints: Iterable[tuple[str, Any]],
+    preferences: Mapping[str, Any] | None = None,
+) -> FirstParty:
+    """``preferences``: key → value of the user's preferences the planner is given (their
+    values only: a key names a setting, it is nothing the user said)."""
     index = ContentIndex()
     index.add(GOAL, normal(goal))
     values = {
@@ -99,7 +115,12 @@ def first_party(goal: str, grant_constraints: Iterable[tuple[str, Any]]) -> Firs
         for gid, c in grant_constraints
         if c
     }
-    return FirstParty(index, values)
+    saved = ContentIndex()
+    for key, value in sorted((preferences or {}).items()):
+        parts = [n for n in (normal(leaf) for leaf in leaves(value, keys=False)) if n]
+        if parts:
+            saved.add(str(key), SEP + SEP.join(parts) + SEP)
+    return FirstParty(index, values, saved)
 
 
 def _paths(value: Any, path: str, argument: str) -> Iterator[tuple[str, str, Any]]:
@@ -161,21 +182,25 @@ def _leaf(
     if vouched:
         origins.append(Origin(GOAL, GOAL))
     origins += [Origin(GRANT, g) for g, vs in sorted(people.grants.items()) if packed in vs]
+    if packed:
+        origins += [
+            Origin(PREFERENCE, k) for k in sorted(people.preferences.origins(spaced, packed))
+        ]
     origins += [Origin(TRUSTED_TOOL, o) for o in sorted(index.trusted.origins(spaced, packed))]
     found = index.untrusted.origins(spaced, packed)
     origins += [Origin(UNTRUSTED, o) for o in sorted(found)]
     added = {o for o in cited if o not in found and index.untrusted.contains(o, spaced, packed)}
     origins += [Origin(CITED, o) for o in sorted(added)]
     untrusted = found | added
-    if untrusted and any(o.kind in (GOAL, GRANT) for o in origins):
-        untrusted = _not_vouched(untrusted, index.untrusted, people.index, spaced, packed)
+    if untrusted and any(o.kind in FIRST_PARTY for o in origins):
+        untrusted = _not_vouched(untrusted, index.untrusted, people, spaced, packed)
     if overflow:
         untrusted = {*untrusted, OVERFLOW_ID}
     return LeafProvenance(path, argument, tuple(origins), tuple(sorted(untrusted)))
 
 
 def _not_vouched(
-    found: set[str], untrusted: ContentIndex, people: ContentIndex, spaced: str, packed: str
+    found: set[str], untrusted: ContentIndex, people: FirstParty, spaced: str, packed: str
 ) -> set[str]:
     """What remains untrusted of a leaf a first-party text also holds: nothing for a short
     leaf (the person said that value); for a long one, the passages it shares with untrusted

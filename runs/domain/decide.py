@@ -6,7 +6,7 @@ history is asked through ``Lookups``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from policy.domain import canonical as hashing
@@ -55,13 +55,13 @@ def decide(
     confirmation_id: str | None = None,
     context_summary: dict[str, Any] | None = None,
     tokens: int = 0,
+    preferences: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Commit:
     """One planner step, or the re-evaluation of a pending proposal after a confirmation.
 
     1. A new planner output costs a step (final answers and rejected proposals included); the
-       re-evaluation of ``pending_proposal`` does not.
-       Its model tokens (``tokens``) are counted; past the run's ``max_tokens`` the run stops
-       and the output is not acted on.
+       re-evaluation of ``pending_proposal`` does not. Its model tokens (``tokens``) are
+       counted; past the run's ``max_tokens`` the run stops and the output is not acted on.
     2. Parse; a final answer is validated against citable observations and ends the run.
     3. A tool proposal passes the loop guard, then the gate; its decision becomes the commit.
     """
@@ -118,8 +118,9 @@ def decide(
 
     if isinstance(output, FinalProposal):
         return _final(b, output, lookups)
+    people = _People(grants, preferences)  # ``preferences``: see ``_People``
     return _tool(
-        b, output, grants, confirmations, registry, lookups, now_ms, resuming, confirmation_id
+        b, output, people, confirmations, registry, lookups, now_ms, resuming, confirmation_id
     )
 
 
@@ -199,10 +200,27 @@ def _loop_stop(
     return True
 
 
+class _People:
+    """The first-party facts of a step: the run's grants, and ``preferences``: key → value of
+    the user's preferences the planner is given, read only when a tool proposal asks for its
+    provenance (a first-party origin, policy.domain.provenance; none when not given)."""
+
+    def __init__(
+        self,
+        grants: Iterable[CapabilityGrant],
+        preferences: Callable[[], Mapping[str, Any]] | None,
+    ) -> None:
+        self.grants = list(grants)
+        self._preferences = preferences
+
+    def preferences(self) -> Mapping[str, Any]:
+        return self._preferences() if self._preferences is not None else {}
+
+
 def _tool(
     b: Builder,
     proposal: ActionProposal,
-    grants: Iterable[CapabilityGrant],
+    people: _People,
     confirmations: Iterable[Confirmation],
     registry: ToolRegistry,
     lookups: Lookups,
@@ -224,9 +242,9 @@ def _tool(
             return b.done()
 
     p_hash = proposal.hash()
-    grants = list(grants)
+    grants = people.grants
     cited = _received(b, proposal, p_hash, contract, lookups)
-    provenance = _provenance(b, proposal, cited, grants, lookups)
+    provenance = _provenance(b, proposal, cited, people, lookups)
     # The card's flag: an argument derives from untrusted content, or the planner says it used
     # some (a citation may only add).
     untrusted = bool(provenance.tainted()) or TrustLabel.UNTRUSTED_CONTENT in cited.values()
@@ -284,18 +302,22 @@ def _provenance(
     b: Builder,
     proposal: ActionProposal,
     cited: Mapping[str, str],
-    grants: Iterable[CapabilityGrant],
+    people: _People,
     lookups: Lookups,
 ) -> ArgumentProvenance:
     """Where each argument came from (policy.domain.provenance), from everything the run read
     since it started (its index), not from what the planner says it used: the planner's
     citations of untrusted observations may only add origins. Recorded as
     ``proposal.provenance`` (paths and origins, never values)."""
-    people = first_party(b.s.goal, ((g.grant_id, _constraint_values(g)) for g in grants))
+    said = first_party(
+        b.s.goal,
+        ((g.grant_id, _constraint_values(g)) for g in people.grants),
+        people.preferences(),
+    )
     provenance = compute(
         proposal.arguments,
         index=lookups.taint_index(b.s.observation_seq),
-        people=people,
+        people=said,
         cited_untrusted=[i for i, t in cited.items() if t == TrustLabel.UNTRUSTED_CONTENT],
         overflow=b.s.taint_chars is None,
     )

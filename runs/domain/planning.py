@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -151,3 +152,26 @@ def _failure_code(items: list[dict[str, Any]], step: int) -> str | None:
         return code
     status = content.get("status")
     return str(status).upper() if status in ("rejected", "failed", "unknown") else NOT_SEEN
+
+
+Extras = Callable[[RunState], dict[str, Any]] | None
+
+
+def given_preferences(extras: Extras, state: RunState) -> dict[str, Any]:
+    """The subject's preferences the planner is given (``Runner.context_extras``)."""
+    return dict((extras(state) if extras else {}).get("preferences", {}))
+
+
+def preference_values(
+    given: Mapping[str, Any] | None, extras: Extras, state: RunState
+) -> Callable[[], dict[str, Any]]:
+    """The preferences a proposal's provenance counts as the user's, key → value (runs.domain.
+    decide asks only for a tool proposal): those the planner was given with this step's
+    context; when the context was built in an earlier iteration (a model's recorded reply, a
+    confirmed proposal resumed), those it would be given now."""
+
+    def values() -> dict[str, Any]:
+        found = given if given is not None else given_preferences(extras, state)
+        return {str(k): v.get("value") if isinstance(v, Mapping) else v for k, v in found.items()}
+
+    return values

@@ -22,7 +22,7 @@ from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.grants import CapabilityGrant
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
-from runs.domain import lifecycle, tool_waits
+from runs.domain import lifecycle, planning, tool_waits
 from runs.domain import telemetry as tel
 from runs.domain.calls import OPEN, SETTLED, call_id
 from runs.domain.clock import Clock, SystemClock
@@ -62,6 +62,7 @@ class _Planned:
     summary: dict[str, Any]
     tokens: int
     consume: str | None  # the model call whose reply this is
+    preferences: dict[str, Any] | None = None  # those the planner was given with its context
 
 
 def _context_summary(context: PlannerContext) -> dict[str, Any]:
@@ -230,7 +231,7 @@ class Runner:
         source = "pending"
         summary = None
         tokens = 0
-        consume = None
+        consume = given = None
         # Read once for the context (the tools these grants could allow) and the gate. Grants
         # change only in this run's own commits (grant uses): the version check covers the read.
         grants = self.store.grants(state.run_id, state.version)
@@ -243,7 +244,7 @@ class Runner:
             if not isinstance(planned, _Planned):
                 return planned  # a commit that records a request or stops; None: waiting
             raw, source, summary = planned.raw, planned.source, planned.summary
-            tokens, consume = planned.tokens, planned.consume
+            tokens, consume, given = planned.tokens, planned.consume, planned.preferences
         # A final answer's validation and a proposal's gate evaluation both happen in decide();
         # the span is named by what the output says it is (a final that fails to parse is a
         # final that failed validation).
@@ -260,6 +261,7 @@ class Runner:
                 now_ms=now,
                 context_summary=summary,
                 tokens=tokens,
+                preferences=planning.preference_values(given, self.context_extras, state),
             )
             commit.consume_call = consume
             commit.tool_request = tool_waits.deferred(self, commit)
@@ -286,7 +288,7 @@ class Runner:
         except PlannerError as exc:
             self._refund_step(state, now)  # no step is spent
             return lifecycle.fail(state, exc.code, **failure_details(exc))
-        return _Planned(raw, planner.source, {**summary, **details}, tokens, None)
+        return _Planned(raw, planner.source, summary | details, tokens, None, context.preferences)
 
     def _plan_waiting(
         self, state: RunState, planner: WaitingPlanner, grants: Sequence[CapabilityGrant], now: int
@@ -356,7 +358,6 @@ class Runner:
         # The bounded working-memory view, each item with its trust label: never the history.
         view = self.store.working_view(state.run_id, state.step, state.version)
         observations = [i.as_dict() for i in view]
-        extras = self.context_extras(state) if self.context_extras else {}
         grants = self.store.grants(state.run_id, state.version) if grants is None else grants
         capabilities = usable_capabilities(grants, step=state.step + 1)
         return PlannerContext(
@@ -365,7 +366,7 @@ class Runner:
             observations=observations,
             # Only tools some grant of the run could still allow: the rest can only be refused.
             tools=offerable((c.describe() for c in self.registry), capabilities),
-            preferences=extras.get("preferences", {}),
+            preferences=planning.given_preferences(self.context_extras, state),
         )
 
     def _contract(self, command: ExecutableCommand) -> ToolContract:

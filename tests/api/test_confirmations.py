@@ -75,10 +75,19 @@ def test_detail_shows_tool_version_arguments_hash_and_provenance(people: kit.Peo
     assert detail["proposal"]["source_observation_ids"] == ["user-1", "obs-that-never-was"]
     expected_hash = proposal_hash("save_preference", "1", detail["proposal"]["arguments"])
     assert detail["proposal_hash"] == expected_hash == waiting.proposal_hash
-    assert detail["provenance"] == [
+    provenance = detail["provenance"]
+    assert provenance["cited"] == [
         {"observation_id": "user-1", "trust": "user"},
         {"observation_id": "obs-that-never-was", "trust": "missing"},
     ]
+    # Where each argument came from, as the runtime recorded it: the goal (以后请用中文回答)
+    # holds neither value, so the planner wrote both; it waits by the tool's own contract.
+    assert provenance["recorded"] is True
+    assert [(leaf["path"], leaf["words"]) for leaf in provenance["leaves"]] == [
+        ("key", "no source found (the planner wrote it)"),
+        ("value", "no source found (the planner wrote it)"),
+    ]
+    assert provenance["why_words"] == "the tool's contract asks a person for this call"
     assert detail["cites_untrusted"] is False
     assert detail["origin"] == "runtime"
     assert detail["decided_by"] is None
@@ -112,7 +121,7 @@ def test_provenance_labels_untrusted_content(people: kit.People) -> None:
 
     detail = kit.assert_ok(people.operator.get(f"/api/confirmations/{cid}/"))
     assert detail["cites_untrusted"] is True
-    assert detail["provenance"] == [
+    assert detail["provenance"]["cited"] == [
         {"observation_id": "user-1", "trust": "user"},
         {"observation_id": "tool-1", "trust": "untrusted-content"},
     ]

@@ -358,5 +358,6 @@ def test_the_queue_reads_in_a_fixed_number_of_queries(people: kit.People) -> Non
     assert page.count("data-confirmation-run=") == 6
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
     # session, user, roles; the tool registry's MCP catalog stamp (wiring.registry); the
-    # confirmations joined to their runs; every cited observation
-    assert len(one) == 6, [q["sql"] for q in one.captured_queries]
+    # confirmations joined to their runs; what the trace recorded of their provenance; every
+    # cited observation
+    assert len(one) == 7, [q["sql"] for q in one.captured_queries]
