@@ -245,6 +245,8 @@ class QueueItem:
     # run that was rejected or failed is worth knowing before approving the next.
     run_writes: str = ""
     run_writes_not_applied: int = 0
+    # The arguments as shown, as pretty JSON: what the edit form starts from (issue 24 item 1).
+    editable: str = ""
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,7 @@ def _queue_item(
         approve_refusal="" if verdict.allowed else verdict.message,
         run_writes=writes.summary_text(run_writes),
         run_writes_not_applied=writes.not_applied(run_writes),
+        editable=pretty_json(shown),
     )
 
 
