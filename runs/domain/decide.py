@@ -121,18 +121,8 @@ def decide(
 
     if isinstance(output, FinalProposal):
         return _final(b, output, lookups)
-    return _tool(
-        b,
-        output,
-        grants,
-        confirmations,
-        registry,
-        lookups,
-        now_ms,
-        resuming,
-        confirmation_id,
-        edited,
-    )
+    args = (grants, confirmations, registry, lookups, now_ms, resuming, confirmation_id, edited)
+    return _tool(b, output, *args)
 
 
 def _with_arguments_of(raw: Any, recorded: Any) -> Any:

@@ -113,10 +113,8 @@ def edit(
        (``policy.domain.edits``); the tool and its version never change.
     3. The edited call, a new proposal, passes the gate for this run's state as it will be once
        the wait ends; any refusal is ``EditRefused`` with the gate's code.
-    4. The old confirmation ends ``edited``. If the edited call needs a confirmation, a new
-       one is asked for it: approved by this edit when the rule lets this person's approval
-       complete it, else pending with this edit as its first approval (four eyes). If it needs
-       none, the run goes on with it.
+    4. The old confirmation ends ``edited``; the edited call's own is approved by this edit
+       (or pending with it as the first of four eyes), or, needing none, the call goes on.
     """
     reason = reason[:MAX_DECISION_REASON]
     if person is not None:

@@ -253,9 +253,14 @@ def test_respond_ends_the_wait_with_a_note_and_the_planner_takes_a_new_step(
     step_before = run.step
     state = services.run_advance(run_id=waiting.run_id)
     assert state is not None
-    # The planner took its next step (s15's: the final answer), and no preference was written.
+    # The planner took its next step (s15's final answer, citing a tool result that never came:
+    # refused), and the proposal never ran.
     assert state.step == step_before + 1
-    assert not PreferenceRecord.objects.filter(subject="alice").exists()
+    assert [e.details["kind"] for e in kit.events_of(waiting.run_id, "planner.output")] == [
+        "tool",
+        "final",
+    ]
+    assert not m.LedgerEntry.objects.filter(run_id=waiting.run_id).exists()
 
 
 @pytest.mark.parametrize(

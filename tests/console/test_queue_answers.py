@@ -52,18 +52,19 @@ def test_each_item_offers_edit_and_respond_starting_from_what_is_shown(
     assert "<script" not in item
 
 
-def test_edit_and_approve_redirects_with_a_message(people: kit.People, no_broker: list) -> None:  # noqa: F811
+def test_edit_and_approve_redirects_with_a_message(
+    people: kit.People,
+    no_broker: list,  # noqa: F811
+    django_capture_on_commit_callbacks: Any,
+) -> None:
     w = kit.waiting_run(people.alice.user)
-    response = answer(
-        people.operator,
-        w,
-        "edit",
-        arguments='{"key": "answer_language", "value": "fr-FR"}',
-        reason="French",
-    )
-    assert response.status_code == 302
-    page = signed_in(people.operator).get(response["Location"]).content.decode()
-    assert "Edited and approved" in page
+    client = signed_in(people.operator)
+    typed = '{"key": "answer_language", "value": "fr-FR"}'
+    form = {"proposal_hash": w.proposal_hash, "arguments": typed, "reason": "French"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"{QUEUE}{w.confirmation_id}/edit/", form, follow=True)
+    assert response.redirect_chain == [(QUEUE, 302)]
+    assert "Edited and approved" in response.content.decode()
     row = kit.confirmation_row(w.confirmation_id)
     assert (row.status, row.decided_by.username, row.decision_reason) == (
         "edited",
@@ -114,12 +115,14 @@ def test_an_edit_the_approver_rule_refuses_is_403_on_the_page(people: kit.People
 def test_respond_sends_the_note_and_an_empty_note_is_refused(
     people: kit.People,
     no_broker: list,  # noqa: F811
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     w = kit.waiting_run(people.alice.user)
     refused = answer(people.operator, w, "respond", note="  ")
     assert refused.status_code == 400
     assert "(NOTE_REQUIRED)" in article(refused.content.decode(), w.confirmation_id)
-    response = answer(people.operator, w, "respond", note="She wants French.")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = answer(people.operator, w, "respond", note="She wants French.")
     assert response.status_code == 302
     row = kit.confirmation_row(w.confirmation_id)
     assert (row.status, row.decision_reason) == ("responded", "She wants French.")
