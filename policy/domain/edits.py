@@ -141,7 +141,7 @@ def edited_arguments(*, real: Any, shown: Any, typed: Any) -> tuple[dict[str, An
 
 
 def _apply(real: dict[str, Any], changes: Sequence[Change]) -> dict[str, Any]:
-    out = _copy(real)
+    out: dict[str, Any] = _copy(real)
     for change in changes:
         *parents, last = change.path
         node: Any = out
