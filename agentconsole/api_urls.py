@@ -111,6 +111,16 @@ urlpatterns = [
         policy_api.ConfirmationDecline.as_view(),
         name="api-confirmation-decline",
     ),
+    path(
+        "confirmations/<str:confirmation_id>/edit/",
+        policy_api.ConfirmationEdit.as_view(),
+        name="api-confirmation-edit",
+    ),
+    path(
+        "confirmations/<str:confirmation_id>/respond/",
+        policy_api.ConfirmationRespond.as_view(),
+        name="api-confirmation-respond",
+    ),
     path("handoffs/", runs_api.HandoffList.as_view(), name="api-handoffs"),
     path("handoffs/<int:handoff_id>/", runs_api.HandoffDetail.as_view(), name="api-handoff"),
     path(

@@ -24,7 +24,6 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench import burst
+from bench import burst, proc_stats
 from bench.harness import ROOT, Context, percentile
 from bench.slow_model import SlowModel
 from bench.stack import (
@@ -49,85 +48,10 @@ SIZES = (200, 2000)
 DELAY_S = 1.0  # the slow model's time per completion
 PER_USER = 5  # runs per user: under the default create rate (30/min) and active runs (10)
 WORKER_CONCURRENCY = os.environ.get("BENCH_RIF_WORKER_CONCURRENCY", "4")
-SAMPLE_S = 0.25  # how often the resident memory is sampled
 # Seconds each size may take at most, ours and the peer's together (start, creates, runs, stop).
 WINDOW_S = {200: 150.0, 2000: 900.0}
 ENDPOINT = "slow"
 GRANT = {"capability": "search:public", "resource_scope": "public", "expires_at_step": 10}
-
-
-# --- resident memory of process trees, from /proc --------------------------------------------
-
-
-def _groups_memory(pgrps: set[int]) -> tuple[int, int]:
-    """(resident, proportional) bytes of every process whose process group is one of
-    ``pgrps``: RSS counts the pages prefork children share with their parent once per process,
-    PSS splits each shared page between its sharers (``/proc/<pid>/smaps_rollup``)."""
-    rss = pss = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            if int(stat[stat.rindex(")") + 2 :].split()[2]) not in pgrps:
-                continue
-            for line in Path(f"/proc/{entry}/smaps_rollup").read_text().splitlines():
-                name, _, value = line.partition(":")
-                if name in ("Rss", "Pss"):
-                    kb = int(value.split()[0]) * 1024
-                    rss, pss = (rss + kb, pss) if name == "Rss" else (rss, pss + kb)
-    return rss, pss
-
-
-def _stat(entry: str) -> tuple[str, list[str]]:
-    """(command name, the fields after it) of ``/proc/<entry>/stat``."""
-    stat = Path(f"/proc/{entry}/stat").read_text()
-    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-
-
-def _cpu_seconds(pgrps: dict[str, set[int]]) -> dict[str, float]:
-    """CPU seconds (user + system, with the children each process has reaped) of every process
-    group in ``pgrps``, and of PostgreSQL's and Redis's servers (by command name): read at the
-    start and the end of a size, their difference says which process the machine's time went
-    to. A process that exits unreaped between the two reads is not counted."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = dict.fromkeys([*pgrps, "postgresql", "redis"], 0.0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            comm, f = _stat(entry)
-            seconds = sum(int(v) for v in f[11:15]) / tick  # utime stime cutime cstime
-            names = [name for name, groups in pgrps.items() if int(f[2]) in groups]
-            names += ["postgresql"] if comm == "postgres" else []
-            names += ["redis"] if comm.startswith("redis-server") else []
-            for name in names:
-                out[name] += seconds
-    return out
-
-
-class _Sampler(threading.Thread):
-    """Peak of the summed resident (and proportional) memory of some process groups, sampled
-    every SAMPLE_S."""
-
-    def __init__(self, groups: dict[str, set[int]]) -> None:
-        super().__init__(daemon=True)
-        self.groups = groups
-        self.peak: dict[str, int] = dict.fromkeys(groups, 0)
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            for name, pgrps in self.groups.items():
-                rss, pss = _groups_memory(pgrps)
-                self.peak[name] = max(self.peak[name], rss)
-                self.peak[f"{name}_pss"] = max(self.peak.get(f"{name}_pss", 0), pss)
-            self._halt.wait(SAMPLE_S)
-
-    def stop(self) -> dict[str, int]:
-        self._halt.set()
-        self.join(5)
-        return self.peak
 
 
 # --- our stack ------------------------------------------------------------------------------
@@ -273,7 +197,7 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
         with contextlib.ExitStack() as stack:
             procs = _start(stack, env, worker)
             model.total = model.peak_in_flight = 0
-            sampler = _Sampler(
+            sampler = proc_stats.Sampler(
                 {
                     "workers_gateway": {procs["worker"].popen.pid, procs["gateway"].popen.pid},
                     "web": {procs["web"].popen.pid},
@@ -281,15 +205,15 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
                 }
             )
             sampler.start()
-            cpu_before, usage_before = _cpu_seconds(sampler.groups), _own_cpu()
+            cpu_before, usage_before = proc_stats.cpu_seconds(sampler.groups), proc_stats.own_cpu()
             started, t0 = time.monotonic(), time.time()
             outcomes = asyncio.run(burst.send_all("127.0.0.1", int(env["PORT"]), requests))
             created_s = time.time() - t0
             sent = {o.body["run_id"]: o.sent_at for o in outcomes if o.status == 201}
             _finished(list(sent), window_s, started)
             peak = sampler.stop()
-            cpu = _cpu_delta(cpu_before, _cpu_seconds(sampler.groups))
-            cpu["bench_client_and_model"] = round(_own_cpu() - usage_before, 1)
+            cpu = proc_stats.cpu_delta(cpu_before, proc_stats.cpu_seconds(sampler.groups))
+            cpu["bench_client_and_model"] = round(proc_stats.own_cpu() - usage_before, 1)
             out = _outcome(list(sent), sent)
             out["phases"] = _phases(list(sent))
             served = model.total
@@ -311,18 +235,6 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
     }
 
 
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    # "gateway" is also in "workers_gateway": the workers' own figure is the difference.
-    delta = {name: round(after[name] - before[name], 1) for name in after}
-    delta["workers"] = round(delta.pop("workers_gateway") - delta["gateway"], 1)
-    return delta
-
-
 # --- the peer --------------------------------------------------------------------------------
 
 
@@ -331,8 +243,8 @@ def _peer(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
     argv = [sys.executable, "-m", "bench.peer_in_flight", "--n", str(n)]
     argv += ["--base-url", model.base_url, "--database-url", ctx.database_url]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    servers, usage = _cpu_seconds({}), resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = _own_cpu()
+    servers, usage = proc_stats.cpu_seconds({}), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = proc_stats.own_cpu()
     try:
         done = subprocess.run(  # noqa: S603 — our own module
             argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=window_s, check=False
@@ -345,9 +257,9 @@ def _peer(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
         raise RuntimeError(f"the LangGraph peer failed:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = {k: round(v - servers[k], 1) for k, v in _cpu_seconds({}).items()}
+    cpu = {k: round(v - servers[k], 1) for k, v in proc_stats.cpu_seconds({}).items()}
     cpu["peer"] = round(after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime, 1)
-    cpu["bench_model"] = round(_own_cpu() - own, 1)
+    cpu["bench_model"] = round(proc_stats.own_cpu() - own, 1)
     return {
         **result,
         "cpu_s": cpu,
@@ -428,7 +340,7 @@ def _how(n: int) -> str:
         f"each, {PER_USER} runs per user (the default create rate and active-run limits hold and "
         "do not bite). wall: first create sent -> last run's last trace event; p50/p99: run "
         "row created -> last trace event (from_sent: from the client's send); peak RSS: sum of "
-        f"the process groups' resident memory, sampled every {SAMPLE_S} s from /proc; "
+        f"the process groups' resident memory, sampled every {proc_stats.SAMPLE_S} s from /proc; "
         "burst_resets: create connections reset by the web process. Peer: LangGraph graph "
         "model -> tool (same search, same corpus table) -> model -> end, AsyncPostgresSaver "
         "durability=sync, AsyncOpenAI, N concurrent ainvoke in one asyncio process; RSS: its "

@@ -24,9 +24,11 @@ from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, ConfirmationApproval
 from policy.roles import is_operator, is_reviewer
+from runs import answers as run_answers
 from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.domain.lifecycle import MAX_DECISION_REASON
+from runs.domain.machine import Status
 
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
 
@@ -46,6 +48,9 @@ class ConfirmationOut(serializers.ModelSerializer):
     # Who may decide it, how many approvals it needs, and every approval given so far.
     approvals = ApprovalOut(many=True, read_only=True)
     approvals_needed = serializers.SerializerMethodField()
+    # A person's edit (issue 24 item 1): the confirmation this proposal was edited from, and
+    # what changed ([{path, op, from, to}], values as shown, secrets masked); null otherwise.
+    edited_from = serializers.CharField(allow_blank=True)
 
     class Meta:
         model = Confirmation
@@ -53,7 +58,7 @@ class ConfirmationOut(serializers.ModelSerializer):
             "confirmation_id", "run_id", "tool_name", "tool_version", "proposal",
             "proposal_hash", "status", "cites_untrusted", "expires_at_step", "origin",
             "requested_at", "decided_at", "decided_by", "decision_reason",
-            "approvers", "approvals_needed", "approvals",
+            "approvers", "approvals_needed", "approvals", "edited_from", "edit_diff",
         ]  # fmt: skip
 
     def get_approvals_needed(self, row: Confirmation) -> int:
@@ -98,7 +103,10 @@ class DecisionIn(StrictSerializer):
     reason = serializers.CharField(allow_blank=True, max_length=MAX_DECISION_REASON, default="")
 
 
-def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
+def _actionable(request: Request, confirmation_id: str) -> str:
+    """The run of a confirmation this person may answer at all; 404 when they cannot see it,
+    403 when they are no operator and not the run's own person (the confirmation's approver
+    rule then narrows that in the service: APPROVER_NOT_ALLOWED)."""
     # Only what the check needs: the run's id, owner and subject (one query, no run row).
     found = (
         _visible(request.user)
@@ -109,11 +117,15 @@ def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Respon
     if found is None:
         raise NotFound("no such confirmation")
     run_id, owner_id, subject = found
-    # Nobody but an operator or the run's own person ever decides (a reviewer: 403); the
-    # confirmation's approver rule then narrows that (APPROVER_NOT_ALLOWED, in the service).
+    # Nobody but an operator or the run's own person ever decides (a reviewer: 403).
     ownership = run_selectors.RunOwnership(owner_id=owner_id, subject=subject)
     if not run_selectors.may_act_on_run(user=request.user, run=ownership):
         raise PermissionDenied("only operators or the run's owner decide confirmations")
+    return str(run_id)
+
+
+def _decide(request: Request, confirmation_id: str, *, approved: bool) -> Response:
+    run_id = _actionable(request, confirmation_id)
     data = validated(DecisionIn, request.data)
     run_services.confirmation_decide(
         confirmation_id=confirmation_id,
@@ -142,3 +154,78 @@ class ConfirmationDecline(APIView):
     @extend_schema(request=DecisionIn, responses=ConfirmationOut)
     def post(self, request: Request, confirmation_id: str) -> Response:
         return _decide(request, confirmation_id, approved=False)
+
+
+class EditIn(StrictSerializer):
+    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    # Any JSON here: the service says what is wrong with it (EDIT_ARGUMENTS_INVALID, as the
+    # console's form does), not a serializer.
+    arguments = serializers.JSONField()
+    reason = serializers.CharField(allow_blank=True, max_length=MAX_DECISION_REASON, default="")
+
+
+class EditOut(serializers.Serializer):
+    edited = ConfirmationOut(help_text="the confirmation that was edited (status edited)")
+    confirmation = ConfirmationOut(
+        allow_null=True, help_text="the edited call's; null when it needs no confirmation"
+    )
+    run_status = serializers.CharField()
+
+
+class ConfirmationEdit(APIView):
+    """Edit the arguments of the waiting proposal and approve the edited call as far as the
+    approver rule lets you: 200 when the run goes on with it, 202 when it waits for a second
+    approver (four eyes)."""
+
+    @extend_schema(request=EditIn, responses={200: EditOut, 202: EditOut})
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        run_id = _actionable(request, confirmation_id)
+        data = validated(EditIn, request.data)
+        edited = run_answers.confirmation_edit(
+            confirmation_id=confirmation_id,
+            shown_hash=data["proposal_hash"],
+            arguments=data["arguments"],
+            by=request.user,
+            reason=data["reason"],
+            enqueue=True,
+            ctx=wiring.context(),
+            run_id=run_id,
+        )
+        rows = _confirmations_visible(request.user).in_bulk(
+            [confirmation_id, edited.confirmation_id or confirmation_id]
+        )
+        new = rows.get(edited.confirmation_id) if edited.confirmation_id else None
+        body = {
+            "edited": ConfirmationOut(rows[confirmation_id]).data,
+            "confirmation": ConfirmationOut(new).data if new is not None else None,
+            "run_status": edited.state.status.value,
+        }
+        waiting = edited.state.status is Status.WAITING_CONFIRMATION
+        return Response(body, status=202 if waiting else 200)
+
+
+class RespondIn(StrictSerializer):
+    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    # Bounded and required by the service (NOTE_REQUIRED, NOTE_TOO_LONG), as in the console.
+    note = serializers.CharField(allow_blank=True, trim_whitespace=False, default="")
+
+
+class ConfirmationRespond(APIView):
+    """Answer the waiting proposal with a note for the planner instead of a decision."""
+
+    @extend_schema(request=RespondIn, responses=ConfirmationOut)
+    def post(self, request: Request, confirmation_id: str) -> Response:
+        run_id = _actionable(request, confirmation_id)
+        data = validated(RespondIn, request.data)
+        run_answers.confirmation_respond(
+            confirmation_id=confirmation_id,
+            shown_hash=data["proposal_hash"],
+            note=data["note"],
+            by=request.user,
+            enqueue=True,
+            ctx=wiring.context(),
+            run_id=run_id,
+        )
+        return Response(
+            ConfirmationOut(_confirmations_visible(request.user).get(pk=confirmation_id)).data
+        )

@@ -65,6 +65,11 @@ class Confirmation(models.Model):
         choices=[(r.value, r.value) for r in ApproverRule],
         default=DEFAULT_RULE.value,
     )
+    # A person's edit (issue 24 item 1): the confirmation this one's proposal was edited from
+    # ("" when the planner proposed it), and what changed: [{path, op, from, to}], values as
+    # the editor was shown them and typed them, secrets masked.
+    edited_from = models.CharField(max_length=128, blank=True, default="")
+    edit_diff = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-requested_at"]

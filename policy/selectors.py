@@ -254,6 +254,8 @@ class QueueItem:
     run_writes_not_applied: int = 0
     # Where each argument came from, as the runtime recorded it (policy.provenance_selectors).
     provenance: ProvenanceShown = NOT_RECORDED
+    # The arguments as shown, as pretty JSON: what the edit form starts from (issue 24 item 1).
+    editable: str = ""
 
 
 @dataclass(frozen=True)
@@ -391,6 +393,7 @@ def _queue_item(
         run_writes=writes.summary_text(run_writes),
         run_writes_not_applied=writes.not_applied(run_writes),
         provenance=provenance,
+        editable=pretty_json(shown),
     )
 
 

@@ -61,10 +61,18 @@ def confirmation_refusal(*, confirmation_id: str) -> DomainError:
     return _refusal(row)
 
 
+# How a confirmation that is no longer pending was ended, in the words of a refusal.
+_DECIDED = {
+    ConfirmationStatus.DECLINED.value: "declined",
+    ConfirmationStatus.EDITED.value: "edited",
+    ConfirmationStatus.RESPONDED.value: "answered with a note",
+}
+
+
 def _refusal(row: ConfirmationRow) -> DomainError:
     """The words for a confirmation that is not pending: who decided it, or that the run now
     asks about a different proposal (the page that was shown is stale), or that it expired."""
-    decided = "declined" if row.status == ConfirmationStatus.DECLINED.value else "approved"
+    decided = _DECIDED.get(row.status, "approved")
     who = row.decided_by.get_username() if row.decided_by is not None else None
     newer = (
         ConfirmationRow.objects.filter(run_id=row.run_id, status=ConfirmationStatus.PENDING.value)
@@ -143,8 +151,16 @@ def confirmation_request(
     expires_at_step: int,
     cites_untrusted: bool,
     approvers: str = DEFAULT_RULE,
+    edited_from: str | None = None,
+    edit_diff: list[dict[str, Any]] | None = None,
+    approved: bool = False,
+    decided_by: Any = None,
 ) -> None:
-    """A pending confirmation for a proposal the gate held for a person, and who may decide it."""
+    """A pending confirmation for a proposal the gate held for a person, and who may decide it.
+
+    For a person's edit (``edited_from``: the confirmation it supersedes, ``edit_diff``: what
+    changed): pending, or, when the edit was the last approval needed, ``approved`` by
+    ``decided_by`` at once."""
     ConfirmationRow.objects.create(
         id=confirmation_id,
         run_id=run_id,
@@ -152,19 +168,24 @@ def confirmation_request(
         tool_name=tool_name,
         tool_version=tool_version,
         proposal=proposal,
-        status=ConfirmationStatus.PENDING.value,
+        status=(ConfirmationStatus.APPROVED if approved else ConfirmationStatus.PENDING).value,
         expires_at_step=expires_at_step,
         cites_untrusted=cites_untrusted,
         approvers=approvers,
+        edited_from=edited_from or "",
+        edit_diff=edit_diff or None,
+        decided_by=decided_by if approved else None,
+        decided_at=timezone.now() if approved else None,
     )
 
 
 def confirmation_record_decision(
-    *, run_id: str, confirmation_id: str, approved: bool, decided_by: Any, reason: str = ""
+    *, run_id: str, confirmation_id: str, status: str, decided_by: Any, reason: str = ""
 ) -> bool:
-    """pending -> approved/declined, with the reason the person gave (already masked, as in the
-    trace event); False if it was no longer pending (decided concurrently)."""
-    status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    """pending -> approved/declined/edited/responded, with the reason (or the note) the person
+    gave (already masked, as in the trace event); False if it was no longer pending (decided
+    concurrently)."""
+    status = ConfirmationStatus(status)
     n = ConfirmationRow.objects.filter(
         pk=confirmation_id, run_id=run_id, status=ConfirmationStatus.PENDING.value
     ).update(

@@ -8,6 +8,9 @@ answered with the queue as it is now, the refusal in words above it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -17,12 +20,17 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agentconsole import wiring
 from policy import selectors as policy_selectors
+from policy.domain import strict_json
+from policy.domain.edits import EditInvalid
 from policy.domain.errors import DomainError, NotFound
+from policy.domain.strict_json import JsonRefused
 from policy.pages import domain_errors, page_error, role_required
 from policy.roles import is_operator
 from policy.status import domain_status
+from runs import answers as run_answers
 from runs import selectors as run_selectors
 from runs import services as run_services
+from runs.domain.edits import MAX_NOTE
 from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Status
 
@@ -34,7 +42,11 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(required=False, max_length=MAX_DECISION_REASON)
 
 
-def _queue(request: HttpRequest, *, error: DomainError | None = None) -> HttpResponse:
+def _queue(
+    request: HttpRequest, *, error: DomainError | None = None, answer: Answer | None = None
+) -> HttpResponse:
+    """The queue; with ``error``, the refusal in words above it, or, for an edit or a response
+    whose item is still listed, beside that item's form with what the person typed kept."""
     queue = policy_selectors.confirmation_queue(
         viewer=request.user,
         registry=wiring.registry(),
@@ -42,10 +54,20 @@ def _queue(request: HttpRequest, *, error: DomainError | None = None) -> HttpRes
         recorded=run_selectors.recorded_provenance,
     )
     status = domain_status(error) if error is not None else 200
+    if answer is not None and not any(
+        i.confirmation_id == answer.confirmation_id for i in queue.items
+    ):
+        answer = None  # the item is gone (decided meanwhile): the refusal goes above the queue
     return render(
         request,
         QUEUE,
-        {"queue": queue, "error": error, "reason_max": MAX_DECISION_REASON},
+        {
+            "queue": queue,
+            "error": error if answer is None else None,
+            "answer": answer,
+            "reason_max": MAX_DECISION_REASON,
+            "note_max": MAX_NOTE,
+        },
         status=status,
     )
 
@@ -115,6 +137,104 @@ def decline(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     return _decide(request, confirmation_id, approved=False)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An edit or a response that was refused, for the queue to show again beside its item:
+    which form (``kind``: edit | respond), what the person typed, and why it was refused."""
+
+    confirmation_id: str
+    kind: str
+    text: str
+    reason: str
+    error: DomainError
+
+
+class EditForm(forms.Form):
+    proposal_hash = forms.RegexField(r"^[0-9a-f]{64}$")
+    arguments = forms.CharField(strip=False)
+    reason = forms.CharField(required=False, max_length=MAX_DECISION_REASON)
+
+
+class RespondForm(forms.Form):
+    proposal_hash = forms.RegexField(r"^[0-9a-f]{64}$")
+    # Required and bounded by the service (NOTE_REQUIRED, NOTE_TOO_LONG), as over the API.
+    note = forms.CharField(required=False, strip=False)
+
+
+@require_POST
+@role_required(is_operator)
+def edit(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    """Edit the waiting proposal's arguments (JSON) and approve the edited call; a refusal
+    shows the queue again with the typed text kept and the reason beside it."""
+    form = EditForm(request.POST)
+    if not form.is_valid() and set(form.errors) - {"arguments"}:
+        return page_error(request, "DECISION_INVALID", "The edit form is not valid.", 400)
+    text = request.POST.get("arguments", "")
+    reason = form.cleaned_data.get("reason", "")
+    try:
+        edited = run_answers.confirmation_edit(
+            confirmation_id=confirmation_id,
+            shown_hash=form.cleaned_data["proposal_hash"],
+            arguments=_typed(text),
+            by=request.user,
+            reason=reason,
+            enqueue=True,
+            ctx=wiring.context(),
+        )
+    except NotFound as exc:
+        return page_error(request, exc)
+    except DomainError as exc:
+        return _queue(request, error=exc, answer=Answer(confirmation_id, "edit", text, reason, exc))
+    goal = edited.state.goal[:120]
+    if edited.state.status is Status.WAITING_CONFIRMATION:
+        said = (
+            f"Your edit is recorded as one approval; the run “{goal}” waits for a second "
+            "approver of the edited proposal."
+        )
+    elif edited.confirmation_id is None:
+        said = f"Edited: the run “{goal}” goes on with your arguments (they need no confirmation)."
+    else:
+        said = f"Edited and approved: the run “{goal}” goes on with your arguments."
+    messages.success(request, said)
+    return redirect("confirmation-queue")
+
+
+def _typed(text: str) -> Any:
+    """The arguments a person typed, read as the API reads JSON (strict_json): a text that is
+    no JSON is refused with EDIT_ARGUMENTS_INVALID and the parser's words."""
+    try:
+        return strict_json.loads(text)
+    except JsonRefused as exc:
+        message = f"The arguments are not valid JSON: {exc.message}"
+        raise EditInvalid(message, reason=exc.code) from None
+
+
+@require_POST
+@role_required(is_operator)
+def respond(request: HttpRequest, confirmation_id: str) -> HttpResponse:
+    """Send the planner a note instead of deciding: the run plans a new step with it."""
+    form = RespondForm(request.POST)
+    if not form.is_valid():
+        return page_error(request, "DECISION_INVALID", "The response form is not valid.", 400)
+    note = form.cleaned_data["note"]
+    try:
+        state = run_answers.confirmation_respond(
+            confirmation_id=confirmation_id,
+            shown_hash=form.cleaned_data["proposal_hash"],
+            note=note,
+            by=request.user,
+            enqueue=True,
+            ctx=wiring.context(),
+        )
+    except NotFound as exc:
+        return page_error(request, exc)
+    except DomainError as exc:
+        return _queue(request, error=exc, answer=Answer(confirmation_id, "respond", note, "", exc))
+    goal = state.goal[:120]
+    messages.success(request, f"Sent to the planner: the run “{goal}” plans its next step with it.")
+    return redirect("confirmation-queue")
+
+
 urlpatterns: list[URLPattern] = [
     path("confirmations/", queue, name="confirmation-queue"),
     path(
@@ -124,4 +244,6 @@ urlpatterns: list[URLPattern] = [
     ),
     path("confirmations/<str:confirmation_id>/approve/", approve, name="confirmation-approve"),
     path("confirmations/<str:confirmation_id>/decline/", decline, name="confirmation-decline"),
+    path("confirmations/<str:confirmation_id>/edit/", edit, name="confirmation-edit"),
+    path("confirmations/<str:confirmation_id>/respond/", respond, name="confirmation-respond"),
 ]

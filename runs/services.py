@@ -304,6 +304,48 @@ def confirmation_decide(
         # the run's owner and the trace). A scenario file replayed declines as written.
         raise DomainError("Say why you decline it.", code=REASON_REQUIRED)
     ctx = resolve(ctx)
+    registry = ctx.registry
+
+    def answer(row: Any, state: RunState, owner_id: Any) -> Commit:
+        return _decision_commit(
+            row,
+            state,
+            run_owner_id=owner_id,
+            approved=approved,
+            by=by,
+            reason=reason,
+            registry=registry,
+        )
+
+    return answer_pending(
+        confirmation_id=confirmation_id,
+        shown_hash=shown_hash,
+        by=by,
+        answer=answer,
+        enqueue=enqueue,
+        ctx=ctx,
+        run_id=run_id,
+    )
+
+
+Answer = Callable[[Any, RunState, Any], Commit]
+
+
+def answer_pending(
+    *,
+    confirmation_id: str,
+    shown_hash: str,
+    by: Any,
+    answer: Answer,
+    enqueue: bool,
+    ctx: RunsContext,
+    run_id: str | None = None,
+) -> RunState:
+    """Commit a person's answer to the pending confirmation they were shown (a decision, an
+    edit, a response): ``answer(row, state, run_owner_id)`` builds the commit under the run's
+    row lock, from the confirmation and the run as they are now. Takes the run's row lock (see
+    ``confirmation_decide`` for the order and the SQLite fallback); a run that no longer waits
+    on this confirmation is refused with who answered it, and nothing is written."""
     store = ctx.store()
     for _ in range(DECIDE_ATTEMPTS):
         try:
@@ -326,16 +368,7 @@ def confirmation_decide(
                     or state.pending_confirmation_id != row.pk
                 ):
                     raise policy_services.confirmation_refusal(confirmation_id=row.pk)
-                commit = _decision_commit(
-                    row,
-                    state,
-                    run_owner_id=owner_id,
-                    approved=approved,
-                    by=by,
-                    reason=reason,
-                    registry=ctx.registry,
-                )
-                state = store.apply(commit, decided_by=user_or_none(by))
+                state = store.apply(answer(row, state, owner_id), decided_by=user_or_none(by))
                 if enqueue and state.status is not Status.WAITING_CONFIRMATION:
                     _enqueue_on_commit(state.run_id)
             return state

@@ -308,17 +308,21 @@ def _write_confirmation_request(commit: Commit, at: At) -> None:
         expires_at_step=r.expires_at_step,
         cites_untrusted=r.cites_untrusted,
         approvers=r.approvers.value,
+        edited_from=r.edited_from,
+        edit_diff=list(r.edit_diff),
+        approved=r.approved,
+        decided_by=at.decided_by,
     )
 
 
 def _write_confirmation_decision(commit: Commit, at: At) -> None:
     if commit.confirmation_decision is None:
         return
-    cid, approved, reason = commit.confirmation_decision
+    cid, status, reason = commit.confirmation_decision
     if not policy_services.confirmation_record_decision(
         run_id=at.run_id,
         confirmation_id=cid,
-        approved=approved,
+        status=status,
         decided_by=at.decided_by,
         reason=reason,
     ):
@@ -384,8 +388,10 @@ def _write_handoff(commit: Commit, at: At) -> None:
 #   carries together but which would have to see the row; the confirmation a command consumes
 #   and the grants it uses are counted with its intent; expiring pending confirmations (a
 #   waiting run's deadline) never comes with a new request in one commit;
-# - AFTER, one by one, what needs the database's answer as it goes: a confirmation request,
-#   decision and approval (policy.services checks and records them);
+# - AFTER, one by one, what needs the database's answer as it goes: a confirmation decision,
+#   request and approval (policy.services checks and records them). The decision first: an
+#   edit ends the pending confirmation it supersedes before it asks for the edited proposal,
+#   which may have the same hash (a per-run confirmation) and "one pending per hash" holds;
 # - the handoff last: its bundle reads the observations and ledger rows written above.
 BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
     _events,
@@ -404,8 +410,8 @@ BATCHED: tuple[Callable[[Commit, At], list[Write]], ...] = (
     _calls_abandon,
 )
 AFTER: tuple[Callable[[Commit, At], None], ...] = (
-    _write_confirmation_request,
     _write_confirmation_decision,
+    _write_confirmation_request,
     _write_confirmation_approval,
     _write_handoff,
 )

@@ -23,6 +23,10 @@ class ConfirmationStatus(enum.StrEnum):
     DECLINED = "declined"
     CONSUMED = "consumed"
     EXPIRED = "expired"
+    # Ended by a person without a yes or no (issue 24 item 1): superseded by their edit (a new
+    # confirmation for the edited proposal), or answered with a note the planner reads.
+    EDITED = "edited"
+    RESPONDED = "responded"
 
 
 class Confirmation(BaseModel):

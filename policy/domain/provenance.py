@@ -16,6 +16,9 @@ origins are found by matching its value (policy.domain.taint) against:
 - ``cited``: an untrusted observation the planner cited, whose content holds the leaf even
   below the matcher's usual length (citations may only add origins, never remove one).
 
+- ``edited``: a person changed this value when they edited the waiting proposal (issue 24
+  item 1): they typed it, so it is first-party whatever else holds it (ref: their name).
+
 A leaf with none of these came from the planner itself. A leaf is **untrusted-derived** when it
 has an untrusted (or cited) origin and no first-party origin vouches for it; a long leaf is
 untrusted-derived when a passage it shares with untrusted content is not also in the goal.
@@ -38,6 +41,7 @@ FIRST_PARTY = frozenset({GOAL, GRANT, PREFERENCE})
 TRUSTED_TOOL = "trusted-tool"
 UNTRUSTED = "untrusted"
 CITED = "cited"
+EDITED = "edited"
 # The observation id an overflowed index stands for: something the run read, not kept.
 OVERFLOW_ID = "index-overflow"
 MAX_LEAVES = 64
@@ -89,6 +93,15 @@ class ArgumentProvenance:
 
 
 @dataclass(frozen=True)
+class EditedBy:
+    """The values a person typed into a waiting proposal: their name and the paths they
+    changed (tuples of keys and list indexes, as ``policy.domain.edits`` records them)."""
+
+    by: str
+    paths: tuple[tuple[str | int, ...], ...]
+
+
+@dataclass(frozen=True)
 class FirstParty:
     """What the run's people said: the goal, each grant's constraint values, and the values of
     the user's preferences (each under its key, matched as the goal is)."""
@@ -123,28 +136,35 @@ def first_party(
     return FirstParty(index, values, saved)
 
 
-def _paths(value: Any, path: str, argument: str) -> Iterator[tuple[str, str, Any]]:
+def _paths(
+    value: Any, path: str, argument: str, segments: tuple[str | int, ...]
+) -> Iterator[tuple[str, str, Any, tuple[str | int, ...]]]:
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _paths(v, f"{path}.{k}", argument)
+            yield from _paths(v, f"{path}.{k}", argument, (*segments, k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _paths(v, f"{path}[{i}]", argument)
+            yield from _paths(v, f"{path}[{i}]", argument, (*segments, i))
     else:
-        yield path, argument, value
+        yield path, argument, value, segments
+
+
+def _leaves(arguments: Any) -> Iterator[tuple[str, str, Any, tuple[str | int, ...]]]:
+    if not isinstance(arguments, dict):
+        yield from _paths(arguments, "$", "$", ())
+        return
+    for name, value in arguments.items():
+        if isinstance(value, dict | list) and not value:
+            yield name, name, value, (name,)
+        else:
+            yield from _paths(value, name, name, (name,))
 
 
 def argument_leaves(arguments: Any) -> Iterator[tuple[str, str, Any]]:
     """(path, top-level argument, scalar) of each leaf; an empty object or list is a leaf.
     Arguments that are no object (the schema layer refuses them) are one leaf, path ``$``."""
-    if not isinstance(arguments, dict):
-        yield from _paths(arguments, "$", "$")
-        return
-    for name, value in arguments.items():
-        if isinstance(value, dict | list) and not value:
-            yield name, name, value
-        else:
-            yield from _paths(value, name, name)
+    for path, argument, value, _ in _leaves(arguments):
+        yield path, argument, value
 
 
 def compute(
@@ -154,12 +174,24 @@ def compute(
     people: FirstParty,
     cited_untrusted: Collection[str] = (),
     overflow: bool = False,
+    edited: EditedBy | None = None,
 ) -> ArgumentProvenance:
-    """The provenance of each leaf of ``arguments`` (module docstring)."""
+    """The provenance of each leaf of ``arguments`` (module docstring). ``edited``: the paths a
+    person changed in the waiting proposal; the leaves at or below them are first-party."""
     out = []
-    for path, argument, value in argument_leaves(arguments):
-        out.append(_leaf(path, argument, value, index, people, cited_untrusted, overflow))
+    for path, argument, value, segments in _leaves(arguments):
+        leaf = _leaf(path, argument, value, index, people, cited_untrusted, overflow)
+        if edited is not None and _typed(edited, segments):
+            # The person typed this value: vouched for whole, as the goal vouches for what it
+            # says, even if retrieved text also holds it. (An overflowed index still makes
+            # every argument count as untrusted-derived: tool_policy reads ``overflow``.)
+            leaf = LeafProvenance(path, argument, (Origin(EDITED, edited.by), *leaf.origins), ())
+        out.append(leaf)
     return ArgumentProvenance(tuple(out), overflow=overflow)
+
+
+def _typed(edited: EditedBy, segments: tuple[str | int, ...]) -> bool:
+    return any(segments[: len(p)] == p for p in edited.paths)
 
 
 def _leaf(

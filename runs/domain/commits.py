@@ -64,6 +64,13 @@ class ConfirmationRequest:
     cites_untrusted: bool
     # Who may approve it (policy.domain.approvers), as the gate chose.
     approvers: ApproverRule = DEFAULT_RULE
+    # A person's edit of a waiting proposal asks again for the edited one (issue 24 item 1):
+    # the confirmation it supersedes, the changes (``policy.domain.edits.Change.as_json``,
+    # values as the person was shown them), and whether the edit was its last approval needed
+    # (then it is born approved, decided by the editor; else pending, the edit one approval).
+    edited_from: str | None = None
+    edit_diff: tuple[dict[str, Any], ...] = ()
+    approved: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,9 @@ class Commit:
     ledger_settle: LedgerSettle | None = None
     confirmation_request: ConfirmationRequest | None = None
     consume_confirmation: str | None = None
-    # (confirmation_id, approved, reason): applied only while that confirmation is still pending.
-    confirmation_decision: tuple[str, bool, str] | None = None
+    # (confirmation_id, new status, reason): approved, declined, edited or responded; applied only
+    # while that confirmation is still pending.
+    confirmation_decision: tuple[str, str, str] | None = None
     # An approval to store (with the decision it completes, or alone: one of two still needed).
     confirmation_approval: ApprovalRecord | None = None
     grant_uses: tuple[str, ...] = ()

@@ -13,13 +13,14 @@ from policy.domain import canonical as hashing
 from policy.domain.confirmations import Confirmation
 from policy.domain.contracts import CallFacts, ToolContract
 from policy.domain.decisions import ExecutableCommand, Execute, NeedsConfirmation, Reject, Stop
+from policy.domain.edits import split_edit
 from policy.domain.errors import CanonicalError, ParseError
 from policy.domain.gate import RunView, evaluate, loop_fingerprint
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
-from policy.domain.provenance import ArgumentProvenance, compute, first_party
+from policy.domain.provenance import ArgumentProvenance, EditedBy, compute, first_party
 from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import stored_policy
@@ -67,10 +68,12 @@ def decide(
     """
     b = Builder(state, lookups)
     resuming = raw_output is None
+    edited = None
     if resuming:
-        # The proposal as the planner made it, secrets included: the gate checks it again and
-        # the tool gets exactly what the person approved.
-        raw_output = recorded = state.pending_proposal
+        # The proposal as the planner made it (or as a person edited it), secrets included:
+        # the gate checks it again and the tool gets exactly what the person approved.
+        raw_output, edited = split_edit(state.pending_proposal)
+        recorded = raw_output
         b.s.pending_proposal = None
     else:
         # Mask what is recorded and shown, never what is executed (issue 21 item 1): the
@@ -118,10 +121,8 @@ def decide(
 
     if isinstance(output, FinalProposal):
         return _final(b, output, lookups)
-    people = _People(grants, preferences)  # ``preferences``: see ``_People``
-    return _tool(
-        b, output, people, confirmations, registry, lookups, now_ms, resuming, confirmation_id
-    )
+    args = (confirmations, registry, lookups, now_ms, resuming, confirmation_id, edited)
+    return _tool(b, output, _People(grants, preferences), *args)
 
 
 def _with_arguments_of(raw: Any, recorded: Any) -> Any:
@@ -131,7 +132,7 @@ def _with_arguments_of(raw: Any, recorded: Any) -> Any:
     return recorded
 
 
-def _shown(proposal: ActionProposal) -> dict[str, Any]:
+def shown_record(proposal: ActionProposal) -> dict[str, Any]:
     """The proposal as it may be recorded and shown (``shown_proposal``: masked, with the
     length of each masked secret for the person who decides on it)."""
     return shown_proposal(proposal.model_dump(mode="json"))
@@ -227,9 +228,10 @@ def _tool(
     now_ms: int,
     resuming: bool,
     confirmation_id: str | None,
+    edited: EditedBy | None = None,
 ) -> Commit:
     """A tool proposal: the loop guard (new proposals only), then the gate; the gate's decision
-    becomes the commit."""
+    becomes the commit. ``edited``: the values a person typed into it (a resumed edit)."""
     pid = proposal.proposal_id
     registered = registry.get(proposal.tool_name, proposal.tool_version)
     contract = registered.contract if registered else None
@@ -238,17 +240,20 @@ def _tool(
     fingerprint = loop_fingerprint(proposal, registry=registry, facts=facts)
     if not resuming:
         max_polls = contract.polling.max_polls if contract and contract.polling else None
-        if _loop_stop(b, fingerprint, pid, max_polls, _shown(proposal)):
+        if _loop_stop(b, fingerprint, pid, max_polls, shown_record(proposal)):
             return b.done()
 
     p_hash = proposal.hash()
     grants = people.grants
     cited = _received(b, proposal, p_hash, contract, lookups)
-    provenance = _provenance(b, proposal, cited, people, lookups)
+    provenance = provenance_of(
+        b.s, proposal, cited, grants, lookups, edited, preferences=people.preferences()
+    )
+    b.emit(ev.PROPOSAL_PROVENANCE, proposal.proposal_id, **provenance.summary())
     # The card's flag: an argument derives from untrusted content, or the planner says it used
     # some (a citation may only add).
     untrusted = bool(provenance.tainted()) or TrustLabel.UNTRUSTED_CONTENT in cited.values()
-    run = _run_view(b.s)
+    run = run_view(b.s)
     decision = evaluate(
         proposal,
         run=run,
@@ -284,7 +289,7 @@ def _tool(
     return b.done()
 
 
-def _run_view(s: RunState) -> RunView:
+def run_view(s: RunState) -> RunView:
     return RunView(
         run_id=s.run_id,
         subject=s.subject,
@@ -298,31 +303,32 @@ def _run_view(s: RunState) -> RunView:
     )
 
 
-def _provenance(
-    b: Builder,
+def provenance_of(
+    s: RunState,
     proposal: ActionProposal,
     cited: Mapping[str, str],
-    people: _People,
+    grants: Iterable[CapabilityGrant],
     lookups: Lookups,
+    edited: EditedBy | None = None,
+    preferences: Mapping[str, Any] | None = None,
 ) -> ArgumentProvenance:
     """Where each argument came from (policy.domain.provenance), from everything the run read
     since it started (its index), not from what the planner says it used: the planner's
-    citations of untrusted observations may only add origins. Recorded as
-    ``proposal.provenance`` (paths and origins, never values)."""
-    said = first_party(
-        b.s.goal,
-        ((g.grant_id, _constraint_values(g)) for g in people.grants),
-        people.preferences(),
+    citations of untrusted observations may only add origins; the values a person typed into
+    the proposal (``edited``) are theirs. Recorded as ``proposal.provenance`` (paths and
+    origins, never values). ``preferences``: the user's preferences the planner was given, by
+    key (a first-party origin)."""
+    people = first_party(
+        s.goal, ((g.grant_id, _constraint_values(g)) for g in grants), preferences or {}
     )
-    provenance = compute(
+    return compute(
         proposal.arguments,
-        index=lookups.taint_index(b.s.observation_seq),
-        people=said,
+        index=lookups.taint_index(s.observation_seq),
+        people=people,
         cited_untrusted=[i for i, t in cited.items() if t == TrustLabel.UNTRUSTED_CONTENT],
-        overflow=b.s.taint_chars is None,
+        overflow=s.taint_chars is None,
+        edited=edited,
     )
-    b.emit(ev.PROPOSAL_PROVENANCE, proposal.proposal_id, **provenance.summary())
-    return provenance
 
 
 def _constraint_values(grant: CapabilityGrant) -> list[Any]:
@@ -374,7 +380,7 @@ def _wait_for_confirmation(
             proposal_hash=decision.confirmation_hash,
             tool_name=proposal.tool_name,
             tool_version=proposal.tool_version,
-            proposal=_shown(proposal),
+            proposal=shown_record(proposal),
             expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
             cites_untrusted=cites_untrusted,
             approvers=decision.approvers,

@@ -231,6 +231,12 @@ class InMemoryRunStore:
     def _write_confirmations(self, commit: Commit) -> None:
         run_id = commit.state.run_id
         confirmations = self._confirmations[run_id]
+        # The decision first, as the ORM adapter writes it (runs.writers.AFTER).
+        if commit.confirmation_decision is not None:
+            cid, status, _reason = commit.confirmation_decision
+            confirmations[cid] = confirmations[cid].model_copy(
+                update={"status": ConfirmationStatus(status)}
+            )
         if commit.confirmation_request is not None:
             r = commit.confirmation_request
             self.asked[r.confirmation_id] = r.proposal
@@ -238,14 +244,10 @@ class InMemoryRunStore:
                 confirmation_id=r.confirmation_id,
                 run_id=run_id,
                 proposal_hash=r.proposal_hash,
-                status=ConfirmationStatus.PENDING,
+                status=ConfirmationStatus.APPROVED if r.approved else ConfirmationStatus.PENDING,
                 expires_at_step=r.expires_at_step,
                 tool_name=r.tool_name,
             )
-        if commit.confirmation_decision is not None:
-            cid, approved, _reason = commit.confirmation_decision
-            status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
-            confirmations[cid] = confirmations[cid].model_copy(update={"status": status})
         if commit.consume_confirmation is not None:
             cid = commit.consume_confirmation
             confirmations[cid] = confirmations[cid].model_copy(
@@ -281,8 +283,13 @@ class InMemoryRunStore:
             r = commit.confirmation_request
             if r.confirmation_id in confirmations:
                 raise IntegrityViolation("confirmation id already taken", run_id=run_id)
+            # The one a decision of this commit ends (an edit's superseded one) is not pending
+            # when the request is written (the decision is written first).
+            ended = commit.confirmation_decision[0] if commit.confirmation_decision else None
             if any(
-                c.proposal_hash == r.proposal_hash and c.status is ConfirmationStatus.PENDING
+                c.proposal_hash == r.proposal_hash
+                and c.status is ConfirmationStatus.PENDING
+                and c.confirmation_id != ended
                 for c in confirmations.values()
             ):
                 raise IntegrityViolation("a confirmation is already pending", run_id=run_id)

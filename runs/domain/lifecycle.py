@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from policy.domain.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
+from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.contracts import ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
@@ -105,7 +106,8 @@ def decide_confirmation(
     b = Builder(state, None)
     pid = proposal_id_of(state.pending_proposal)
     reason = reason[:MAX_DECISION_REASON]
-    b.commit.confirmation_decision = (confirmation_id, approved, reason)
+    decision = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    b.commit.confirmation_decision = (confirmation_id, decision.value, reason)
     approvals = list(earlier)
     if approved:
         approvals.append((by, reason))

@@ -67,6 +67,10 @@ class Event(enum.StrEnum):
     DEADLINE_DURING_TOOL = "deadline_during_tool"
     CONFIRMED = "confirmed"
     DECLINED = "declined"
+    # A person edited the waiting proposal (the edited one runs, or waits no more for them), or
+    # answered it with a note for the planner instead of a decision (issue 24 item 1).
+    EDITED = "edited"
+    RESPONDED = "responded"
     EFFECTS_CHECKED = "effects_checked"
     UNKNOWN_EFFECT = "unknown_effect"
 
@@ -88,6 +92,8 @@ TRANSITIONS: dict[tuple[Status, Event], Status] = {
     (S.RUNNING, E.DEADLINE_DURING_TOOL): S.CANCELLING,
     (S.WAITING_CONFIRMATION, E.CONFIRMED): S.RUNNING,
     (S.WAITING_CONFIRMATION, E.DECLINED): S.RUNNING,
+    (S.WAITING_CONFIRMATION, E.EDITED): S.RUNNING,
+    (S.WAITING_CONFIRMATION, E.RESPONDED): S.RUNNING,
     (S.WAITING_CONFIRMATION, E.DEADLINE_REACHED): S.CANCELLED,
     # Nothing runs while waiting, so a cancel needs no effect check.
     (S.WAITING_CONFIRMATION, E.CANCEL_REQUESTED): S.CANCELLED,

@@ -155,6 +155,20 @@ def _approval_recorded(d: Mapping[str, Any]) -> tuple[Tone, str]:
     )
 
 
+def _edited(d: Mapping[str, Any]) -> tuple[Tone, str]:
+    """A person's edit, with what changed (values only of logged fields, as the trace holds)."""
+    changes = d.get("changes")
+    said = "; ".join(str(c) for c in changes) if isinstance(changes, list) else ""
+    text = f"Proposal edited by {_s(d, 'by')}" + (f": {said}" if said else "")
+    if d.get("reason"):
+        text += f" (reason: {d['reason']})"
+    return Tone.INFO, text
+
+
+def _responded(d: Mapping[str, Any]) -> tuple[Tone, str]:
+    return Tone.INFO, f"{_s(d, 'by')} responded instead of deciding: {_s(d, 'note', '')}"
+
+
 def _completed(d: Mapping[str, Any]) -> tuple[Tone, str]:
     status = _s(d, "status")
     text = f"Tool {_s(d, 'tool')} {status} in {_s(d, 'duration_ms')} ms"
@@ -225,6 +239,8 @@ _SUMMARIES: dict[str, Summary] = {
     ev.PROPOSAL_LOOP_DETECTED: _fixed(Tone.BAD, "Loop detected: {code} ({count} repeats)"),
     ev.CONFIRMATION_DECIDED: _decided,
     ev.CONFIRMATION_APPROVAL_RECORDED: _approval_recorded,
+    ev.CONFIRMATION_EDITED: _edited,
+    ev.CONFIRMATION_RESPONDED: _responded,
     ev.TOOL_STARTED: _fixed(Tone.INFO, "Tool {tool} v{version} started"),
     ev.TOOL_COMPLETED: _completed,
     ev.TOOL_RETRYING: _fixed(Tone.WARN, "Tool {tool} retrying (attempt {attempt})"),

@@ -28,6 +28,10 @@ PROPOSAL_LOOP_DETECTED = "proposal.loop-detected"
 CONFIRMATION_DECIDED = "confirmation.decided"
 # One approval of two (four eyes) is recorded; the run keeps waiting for the second.
 CONFIRMATION_APPROVAL_RECORDED = "confirmation.approval-recorded"
+# A person edited the waiting proposal (the diff, values as the trace masks them), or sent the
+# planner a note instead of deciding (issue 24 item 1).
+CONFIRMATION_EDITED = "confirmation.edited"
+CONFIRMATION_RESPONDED = "confirmation.responded"
 TOOL_STARTED = "tool.started"
 TOOL_COMPLETED = "tool.completed"
 TOOL_RETRYING = "tool.retrying"

@@ -38,7 +38,8 @@ pytestmark = pytest.mark.django_db
 # Every console form the setup below shows somewhere: the crawl must find each of them.
 EXPECTED_FORMS = {
     "operator": {"profiles", "profile-edit", "profile-archive", "run-new",
-                 "confirmation-approve", "confirmation-decline", "memory-revoke",
+                 "confirmation-approve", "confirmation-decline", "confirmation-edit",
+                 "confirmation-respond", "memory-revoke",
                  "mcp-tool-accept", "logout"},
     "reviewer": {"handoff-claim", "handoff-resolve", "logout"},
     "alice": {"run-new", "console-run-cancel", "preference-propose", "preferences-erase",

@@ -203,6 +203,26 @@ ROUTES = [
     ),
     _decide("approve"),
     _decide("decline"),
+    # Issue 24 item 1: edit the arguments (an approval of the edited call), respond with a note.
+    Route(
+        "POST confirmation edit",
+        lambda p, w: p.post(
+            f"/api/confirmations/{w.run.confirmation_id}/edit/",
+            {
+                "proposal_hash": w.run.proposal_hash,
+                "arguments": {"key": "answer_language", "value": "fr-FR"},
+            },
+        ),
+        row(ANON, OK, HIDDEN, OK, DENIED, OK),
+    ),
+    Route(
+        "POST confirmation respond",
+        lambda p, w: p.post(
+            f"/api/confirmations/{w.run.confirmation_id}/respond/",
+            {"proposal_hash": w.run.proposal_hash, "note": "checked by the matrix"},
+        ),
+        row(ANON, OK, HIDDEN, OK, DENIED, OK),
+    ),
     Route("GET handoffs", lambda p, w: p.get("/api/handoffs/"), STAFF_READ),
     Route(
         "GET handoff",
@@ -322,7 +342,8 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-schema", "api-docs", "api-token", "api-runs", "api-run", "api-run-cancel",
         "api-run-events", "api-run-observations", "api-run-ledger", "api-run-grants",
         "api-confirmations", "api-confirmation", "api-confirmation-approve",
-        "api-confirmation-decline", "api-handoffs", "api-handoff", "api-handoff-claim",
+        "api-confirmation-decline", "api-confirmation-edit", "api-confirmation-respond",
+        "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",
         "api-pref-apply", "api-pref-history", "api-pref-export", "api-pref-erase",
         "api-pref-revoke", "api-profiles", "api-mcp-servers", "api-mcp-server",

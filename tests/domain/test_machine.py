@@ -15,7 +15,8 @@ ALL_PAIRS = list(itertools.product(Status, Event))
 ILLEGAL = [pair for pair in ALL_PAIRS if pair not in TRANSITIONS]
 
 # The seed's §7 diagram, written out independently of the table under test:
-# status, event -> the status it leads to.
+# status, event -> the status it leads to. (edited, responded: a person's edit of the waiting
+# proposal, or a note instead of a decision; issue 24 item 1.)
 SEED_DIAGRAM = """
 created               start                 running
 created               cancel_requested      cancelled
@@ -29,6 +30,8 @@ running               deadline_reached      failed
 running               deadline_during_tool  cancelling
 waiting_confirmation  confirmed             running
 waiting_confirmation  declined              running
+waiting_confirmation  edited                running
+waiting_confirmation  responded             running
 waiting_confirmation  deadline_reached      cancelled
 waiting_confirmation  cancel_requested      cancelled
 cancelling            effects_checked       cancelled
