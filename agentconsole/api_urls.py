@@ -88,10 +88,14 @@ urlpatterns = [
     path("runs/<str:run_id>/", runs_api.RunDetail.as_view(), name="api-run"),
     path("runs/<str:run_id>/cancel/", runs_api.RunCancel.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/events/", runs_api.RunEvents.as_view(), name="api-run-events"),
-    re_path(
-        r"^runs/(?P<run_id>[^/]+)/trace\.(?P<fmt>json|ndjson)$",
-        trace_apis.RunTraceDownload.as_view(),
-        name="api-run-trace",
+    *(
+        path(
+            f"runs/<str:run_id>/trace.{fmt}",
+            trace_apis.RunTraceDownload.as_view(),
+            {"fmt": fmt},
+            name=f"api-run-trace-{fmt}",
+        )
+        for fmt in ("json", "ndjson")
     ),
     path(
         "runs/<str:run_id>/observations/",

@@ -97,6 +97,7 @@ class ProfileForm(forms.Form):
         widget=forms.CheckboxSelectMultiple, label="Tools allowed", choices=()
     )
     # How the grant templates were edited: as form rows (runs/views/grant_rows.py) or as JSON.
+    # The page sends "rows" then, when "Edit as JSON" is ticked, "json": the last one counts.
     # A post without it is a script's or an older page's: JSON if it sends the JSON field.
     grants_mode = forms.ChoiceField(
         choices=[("rows", "Form"), ("json", "JSON")], required=False, widget=forms.RadioSelect

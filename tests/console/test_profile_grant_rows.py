@@ -166,7 +166,7 @@ def test_a_bad_row_has_the_json_code_beside_its_field_and_keeps_its_value(
     assert block is not None, page[page.find("grant-rows") :][:3000]
     assert f"{code}:" in block.group(0)
     assert kept in page
-    assert 'id="grants-mode-rows" checked' in page  # still on the Form tab
+    assert 'id="grants-mode-json">' in page  # still on the rows, "Edit as JSON" not ticked
 
 
 def test_a_constraint_without_its_argument_is_the_forms_own_refusal(operator: Any) -> None:
@@ -184,7 +184,7 @@ def test_the_edit_page_shows_the_stored_grants_as_rows(operator: Any) -> None:
     for i, template in enumerate(profile.grant_templates):
         scope = template["resource_scope"]
         assert f'id="id_g-{i}-resource_scope" maxlength="512" value="{scope}"' in page
-    assert 'id="grants-mode-rows" checked' in page
+    assert 'id="grants-mode-json">' in page
     assert "data-grant-template" in page
     json_tab = client_for(operator).get(f"/profiles/{profile.pk}/?grants=json").content.decode()
     assert 'id="grants-mode-json" checked' in json_tab
@@ -246,3 +246,12 @@ def test_posted_keys_past_the_limits_are_ignored() -> None:
     assert rows_from_post(data) == [
         GrantRow(capability="c", constraints=[ConstraintRow(arg="a", kind="equals", value="1")])
     ]
+
+
+def test_the_page_sends_rows_then_json_when_edit_as_json_is_ticked(operator: Any) -> None:
+    """The page's hidden "rows" and its "Edit as JSON" checkbox share a name: the last counts."""
+    grants = [{"capability": "search:public", "resource_scope": "public", "expires_at_step": 2}]
+    ticked = base(grants_mode=["rows", "json"], grant_templates=json.dumps(grants))
+    ticked |= row(0, "search:public", "other", "9")  # the rows are not what is saved
+    assert client_for(operator).post("/profiles/", ticked).status_code == 302
+    assert RunProfile.objects.get(name="rows-profile").grant_templates == grants

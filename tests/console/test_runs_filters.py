@@ -194,6 +194,7 @@ def test_a_bad_filter_is_the_form_again_with_its_error_and_value(
     if kept:
         assert kept in page
     assert "data-run-row" not in page  # nothing read under a filter that cannot apply
+    assert "Nothing is listed until the filters are fixed." in page
 
 
 def test_the_last_day_a_date_input_takes_is_no_500(alice: Any) -> None:
