@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from runs import models as m
 from runs import services, trace_export
@@ -72,6 +73,24 @@ def test_a_trace_longer_than_a_batch_is_read_in_batches_with_no_gap(
     monkeypatch.setattr(trace_export, "_batch", lambda r, a: reads.append(a) or real(r, a))
     body(people.alice.get(f"/api/runs/{run_id}/trace.ndjson"))
     assert reads == list(range(0, total, 3))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_asgi_stream_is_the_same_file_batch_by_batch(
+    people: kit.People, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under daphne the view hands Django an async iterator (a sync one would be drained into
+    memory first): the same bytes, read a batch at a time in a thread."""
+    monkeypatch.setattr(trace_export, "BATCH", 4)
+    run_id = kit.waiting_run(people.alice.user).run_id
+
+    async def collect() -> list[bytes]:
+        return [c async for c in trace_export.trace_chunks_async(run_id=run_id, fmt="json")]
+
+    chunks = async_to_sync(collect)()
+    total = m.TraceEvent.objects.filter(run_id=run_id).count()
+    assert len(chunks) == 2 + total // 4 + 1  # "[", a chunk per batch (the last short), "]"
+    assert chunks == list(trace_export.trace_chunks(run_id=run_id, fmt="json"))
 
 
 @pytest.mark.django_db
