@@ -21,7 +21,7 @@ from policy import apis as policy_api
 from policy.http import LimitedJSONParser, StrictSerializer
 from policy.mcp import apis as mcp_apis
 from runs import apis as runs_api
-from runs import profile_apis
+from runs import profile_apis, trace_apis
 
 
 class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):
@@ -88,6 +88,15 @@ urlpatterns = [
     path("runs/<str:run_id>/", runs_api.RunDetail.as_view(), name="api-run"),
     path("runs/<str:run_id>/cancel/", runs_api.RunCancel.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/events/", runs_api.RunEvents.as_view(), name="api-run-events"),
+    *(
+        path(
+            f"runs/<str:run_id>/trace.{fmt}",
+            trace_apis.RunTraceDownload.as_view(),
+            {"fmt": fmt},
+            name=f"api-run-trace-{fmt}",
+        )
+        for fmt in ("json", "ndjson")
+    ),
     path(
         "runs/<str:run_id>/observations/",
         runs_api.RunObservations.as_view(),

@@ -93,6 +93,9 @@ class Confirmation(models.Model):
         indexes = [
             # The operator queue: pending confirmations, newest first.
             models.Index(fields=["status", "-requested_at"], name="confirmation_queue"),
+            # The runs list's tool filter: runs with a proposal of this tool that asked for a
+            # confirmation (``policy.selectors.runs_with_tool_confirmations``).
+            models.Index(fields=["tool_name", "run"], name="confirmation_tool_run"),
         ]
 
     def __str__(self) -> str:

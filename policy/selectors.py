@@ -140,6 +140,12 @@ def prior_approvals(approvals: Iterable[ConfirmationApproval]) -> list[PriorAppr
     ]
 
 
+def runs_with_tool_confirmations(*, tool_name: str) -> Any:
+    """The ids of runs with a confirmation of ``tool_name`` (a proposal of it that asked a
+    person), as a subquery: the runs list's tool filter (index ``confirmation_tool_run``)."""
+    return ConfirmationRow.objects.filter(tool_name=tool_name).values("run_id")
+
+
 def grants_export(*, run_id: str) -> list[dict[str, Any]]:
     # dict(...) per row: django-stubs types values() rows as a TypedDict, not dict[str, Any].
     return [

@@ -153,6 +153,13 @@ class RunListCreate(APIView):
             OpenApiParameter("created_after", str, description="ISO 8601"),
             OpenApiParameter("created_before", str, description="ISO 8601"),
             OpenApiParameter(
+                "tool",
+                str,
+                description="runs that called this tool (a ledger entry) or asked a person "
+                "to confirm a proposal of it",
+            ),
+            OpenApiParameter("stop_reason", str, description="e.g. MAX_STEPS_REACHED"),
+            OpenApiParameter(
                 "outcome_flag",
                 str,
                 enum=list(OUTCOME_FLAGS),
@@ -176,12 +183,15 @@ class RunListCreate(APIView):
             qs = qs.filter(status=f["status"])
         if f.get("subject"):
             qs = qs.filter(subject=f["subject"])
-        if f.get("created_after"):
-            qs = qs.filter(created_at__gte=f["created_after"])
-        if f.get("created_before"):
-            qs = qs.filter(created_at__lt=f["created_before"])
         if f.get("outcome_flag"):
             qs = selectors.runs_flagged(qs)
+        qs = selectors.runs_filtered(
+            qs,
+            created_from=f.get("created_after"),
+            created_before=f.get("created_before"),
+            tool=f.get("tool", ""),
+            stop_reason=f.get("stop_reason", ""),
+        )
         return _page(self, request, qs, RunOut)
 
     @extend_schema(request=RunCreateIn, responses={201: RunOut})
@@ -233,6 +243,9 @@ class _Filters(serializers.Serializer):
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
     outcome_flag = serializers.ChoiceField(choices=list(OUTCOME_FLAGS), required=False)
+    tool = serializers.CharField(max_length=128, required=False)
+    # A code as the runtime writes them; a plugin's planner may name its own.
+    stop_reason = serializers.RegexField(r"^[A-Z][A-Z0-9_]{0,63}$", required=False)
     cursor = serializers.CharField(required=False)
     page_size = serializers.IntegerField(min_value=1, max_value=MAX_PAGE, required=False)
 

@@ -19,10 +19,12 @@ from django.db.models import Count, Q
 
 from policy.domain.errors import DomainError
 from policy.pages import pretty_json
+from policy.roles import is_operator
 from runs import models as m
-from runs import selectors
+from runs import profiles, selectors
 from runs.domain.handoff import HandoffStatus
 from runs.domain.machine import TERMINAL, Status
+from runs.domain.next_steps import NextSteps, next_steps
 from runs.domain.timeline import StepGroup, build_timeline
 from runs.domain.trace_chain import Verdict
 from runs.models import WRITE_FIELDS
@@ -68,6 +70,10 @@ class RunsPage:
     total: int
 
 
+# What a refused filter form shows: no rows, no counts (nothing was read).
+EMPTY_PAGE = RunsPage(rows=[], next_cursor=None, counts=dict.fromkeys(STATUSES, 0), total=0)
+
+
 def runs_page(
     *,
     user: Any,
@@ -75,6 +81,10 @@ def runs_page(
     subject: str = "",
     text: str = "",
     outcome_flag: str = "",
+    created_from: datetime | None = None,
+    created_before: datetime | None = None,
+    tool: str = "",
+    stop_reason: str = "",
     after: tuple[datetime, str] | None = None,
     size: int = PAGE_SIZE,
 ) -> RunsPage:
@@ -86,7 +96,8 @@ def runs_page(
     indexed column, so the database walks the index from the cursor and stops after a page,
     however deep the page is (an OFFSET would read and drop every row before it).
     ``outcome_flag`` (``writes_not_applied``) keeps the flagged runs only: the condition of a
-    partial index that holds only them, so that page walks a small index too.
+    partial index that holds only them, so that page walks a small index too. The time range,
+    tool and stop reason are ``selectors.runs_filtered``'s (subqueries, still two queries).
     """
     qs = selectors.runs_visible(user=user)
     if subject:
@@ -95,6 +106,13 @@ def runs_page(
         qs = qs.filter(goal__icontains=text)
     if outcome_flag:
         qs = selectors.runs_flagged(qs)
+    qs = selectors.runs_filtered(
+        qs,
+        created_from=created_from,
+        created_before=created_before,
+        tool=tool,
+        stop_reason=stop_reason,
+    )
     # count(*), not count(id): PostgreSQL answers it from the status index alone (index-only).
     counts = dict(
         qs.order_by().values_list("status").annotate(n=Count("*")).values_list("status", "n")
@@ -204,6 +222,12 @@ class RunDetail:
     may_cancel: bool
     # Whether the trace's hash chain verifies (runs.trace_checks): read whole, once per view.
     trace_check: Verdict
+    # What to do next, for a run that did not end as asked (runs.domain.next_steps).
+    next: NextSteps | None = None
+    # A finished run of a profile this user may still use: "Run again" (runs.profiles).
+    may_run_again: bool = False
+    # An operator may edit the run's profile (the profile pages are theirs).
+    may_edit_profile: bool = False
 
     @property
     def citations(self) -> list[tuple[str, bool]]:
@@ -262,10 +286,31 @@ def may_cancel(*, user: Any, run: m.Run) -> bool:
     return selectors.may_act_on_run(user=user, run=run) and run.status not in TERMINAL
 
 
+def _after(*, user: Any, run: m.Run, handoff: m.Handoff | None) -> dict[str, Any]:
+    """What the page offers once the run has finished: the next-steps box, "Run again" (one
+    query: is the run's profile still one this user may use), "Edit the profile"."""
+    if run.status not in TERMINAL:
+        return {}
+    again = run.profile_id is not None and (
+        profiles.profiles_usable_by(user=user).filter(pk=run.profile_id).exists()
+    )
+    return {
+        "next": next_steps(
+            status=run.status,
+            stop_reason=run.stop_reason,
+            outcome_flag=run.outcome_flag,
+            handed_off=handoff is not None,
+        ),
+        "may_run_again": again,
+        "may_edit_profile": run.profile_id is not None and is_operator(user),
+    }
+
+
 def run_detail(*, user: Any, run_id: str) -> RunDetail:
     """Everything the run detail shows, in seven queries whatever the run's length: the run, its
     trace, observations, ledger, artifacts, open handoff and the whole trace's chain check (no
-    per-row query; the check reads every event once, streamed)."""
+    per-row query; the check reads every event once, streamed); one more once it has finished
+    and names a profile (``_after``)."""
     run = selectors.access_run(user=user, run_id=run_id)
     events, hidden = _trace(run)
     now_ms = int(time.time() * 1000)
@@ -295,4 +340,5 @@ def run_detail(*, user: Any, run_id: str) -> RunDetail:
         finished=run.status in TERMINAL,
         may_cancel=may_cancel(user=user, run=run),
         trace_check=trace_verify(run=run),
+        **_after(user=user, run=run, handoff=handoff),
     )

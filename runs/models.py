@@ -94,6 +94,12 @@ class Run(models.Model):
     # One worker at a time (not run state: never part of the version compare-and-set).
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The profile the run was started from (runs.profiles.run_from_profile), so "run again"
+    # starts the same one under its current rules. NULL: a run given its own definition (a
+    # scenario, the API's planner), or one from before migration 0017_runs_ui.
+    profile = models.ForeignKey(
+        "RunProfile", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -132,6 +138,8 @@ class Run(models.Model):
                 condition=OUTCOME_FLAGGED,
                 name="run_outcome_flagged",
             ),
+            # The runs list's stop-reason filter (``?stop_reason=``), newest first.
+            models.Index(fields=["stop_reason", "-created_at"], name="run_stop_reason_created"),
         ]
 
     def __str__(self) -> str:
@@ -314,6 +322,9 @@ class LedgerEntry(models.Model):
         indexes = [
             # "Is a tool active for this run?" (cancel) and the sweeper's scan for started rows.
             models.Index(fields=["run", "status"], name="ledger_run_status"),
+            # The runs list's tool filter: the runs with an entry of this tool
+            # (``runs.selectors.runs_filtered``), answered from this index alone.
+            models.Index(fields=["tool_name", "run"], name="ledger_tool_run"),
         ]
 
     def __str__(self) -> str:

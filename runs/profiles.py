@@ -21,7 +21,7 @@ from policy.domain.errors import DomainError
 from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import ToolPolicyInvalid, parse_tool_policy, tool_facts
 from policy.roles import actor_name, is_operator
-from runs import services
+from runs import selectors, services
 from runs.context import RunsContext, resolve
 from runs.domain.profiles import (
     ProfileBudgets,
@@ -339,4 +339,23 @@ def run_from_profile(
         enqueue=enqueue,
         ctx=ctx,
         profile_policy=policy,
+        profile=profile,
     )
+
+
+def run_again(
+    *, user: Any, run_id: str, ctx: RunsContext | None = None, enqueue: bool = True
+) -> RunState:
+    """A new run with the goal and the profile of a run ``user`` may see, started as
+    ``run_from_profile`` starts one: the profile's rules of today (an operator's edit since
+    applies), ``user``'s own subject, ``run_create``'s limits and creation rate.
+
+    A run not started from a profile, or whose profile was deleted, archived or is no longer
+    for ``user``: ``PROFILE_NOT_FOUND``, the answer ``/runs/new/`` gives for it. A run the
+    user may not see: ``NOT_FOUND``. The goal is the one stored: its secrets were masked."""
+    run = selectors.access_run(user=user, run_id=run_id)
+    if run.profile_id is None:
+        raise ProfileNotFound(
+            "this run was not started from a profile that still exists", run_id=run.pk
+        )
+    return run_from_profile(user=user, ref=run.profile_id, goal=run.goal, ctx=ctx, enqueue=enqueue)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
@@ -132,6 +133,36 @@ def runs_flagged(runs: Any) -> Any:
     """Of ``runs``, those flagged ``writes_not_applied`` (runs.domain.writes): the condition of
     the partial index ``run_outcome_flagged``, so the newest-first page walks that index."""
     return runs.filter(m.OUTCOME_FLAGGED)
+
+
+def runs_filtered(
+    runs: Any,
+    *,
+    created_from: datetime | None = None,
+    created_before: datetime | None = None,
+    tool: str = "",
+    stop_reason: str = "",
+) -> Any:
+    """Of ``runs``, those created in ``[created_from, created_before)``, that stopped for
+    ``stop_reason``, and that used ``tool``: a ledger entry of it (it was called) or a
+    confirmation of it (it was proposed and a person was asked, approved or not).
+
+    Each condition keeps the query one statement the page's keyset can walk: the time range is
+    on ``created_at`` (the order's own column), the stop reason has ``run_stop_reason_created``,
+    and the tool is two ``IN (subquery)`` read from ``ledger_tool_run`` and
+    ``confirmation_tool_run`` (PostgreSQL hashes each once; no per-row query).
+    """
+    if created_from is not None:
+        runs = runs.filter(created_at__gte=created_from)
+    if created_before is not None:
+        runs = runs.filter(created_at__lt=created_before)
+    if stop_reason:
+        runs = runs.filter(stop_reason=stop_reason)
+    if tool:
+        called = m.LedgerEntry.objects.filter(tool_name=tool).values("run_id")
+        asked = policy_selectors.runs_with_tool_confirmations(tool_name=tool)
+        runs = runs.filter(Q(pk__in=called) | Q(pk__in=asked))
+    return runs
 
 
 def run_ownership(*, run_id: str) -> RunOwnership | None:

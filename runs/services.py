@@ -67,14 +67,13 @@ def run_create(
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
     profile_policy: ToolPolicy = EMPTY,
+    profile: Any = None,
 ) -> RunState:
-    """Create a run with trusted grants bound to its new id.
-
-    Grants come from the caller (an operator, a scenario file), never from a planner output.
-    Scenario confirmations are bound to the hash of the proposal they name. The run records
-    its effective tool policy now: the deployment's joined with ``profile_policy`` (its
-    profile's, already checked to only tighten), so a later edit of either changes no run.
-    """
+    """Create a run with trusted grants bound to its new id. Grants come from the caller (an
+    operator, a scenario file), never from a planner output. Scenario confirmations are bound
+    to the hash of the proposal they name. The run records its effective tool policy now: the
+    deployment's joined with ``profile_policy`` (its profile's, already checked to only
+    tighten), so a later edit of either changes no run; and the ``profile`` it came from."""
     # Secrets in the goal and the planner configuration are masked before anything is stored
     # (issue 9 item 12), except a fixture planner's scripted outputs: they are the planner's
     # proposals, and a tool runs what was proposed (issue 21 item 1); only the runner reads
@@ -123,6 +122,7 @@ def run_create(
             granted_by=granted_by,
             proposals=proposals,
             faults=faults,
+            profile=profile,
         )
         state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
         if enqueue:

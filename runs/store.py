@@ -138,6 +138,7 @@ class OrmRunStore:
         granted_by: Any = None,
         proposals: Mapping[str, dict[str, Any]] | None = None,
         faults: dict[str, Any] | None = None,
+        profile: Any = None,
     ) -> RunState:
         try:
             self._create(
@@ -150,6 +151,7 @@ class OrmRunStore:
                 granted_by=granted_by,
                 proposals=proposals or {},
                 faults=faults,
+                profile=profile,
             )
         except IntegrityError as exc:
             raise IntegrityViolation(
@@ -169,6 +171,7 @@ class OrmRunStore:
         granted_by: Any,
         proposals: Mapping[str, dict[str, Any]],
         faults: dict[str, Any] | None,
+        profile: Any,
     ) -> None:
         with transaction.atomic():
             m.Run.objects.create(
@@ -180,6 +183,7 @@ class OrmRunStore:
                 planner=planner,
                 budgets=budgets or {},
                 faults=faults or {},
+                profile=profile,
                 **state_fields(state),
             )
             policy_services.grants_create(run_id=state.run_id, grants=grants, granted_by=granted_by)

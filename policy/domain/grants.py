@@ -29,6 +29,7 @@ _KINDS = (
     "url_host_in",
     "pattern",
 )
+CONSTRAINT_KINDS = _KINDS  # what a form offers (runs/views/grant_rows.py)
 # ``pattern`` bounds: a longer pattern is refused when configured, a longer value never matches.
 MAX_PATTERN_LENGTH = 256
 MAX_PATTERN_INPUT = 4096

@@ -4,12 +4,15 @@ checks (``runs.domain.profiles.validate_profile``); they decide nothing themselv
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 
 from policy.domain import strict_json
+from policy.domain.errors import DomainError
+from policy.domain.grants import CONSTRAINT_KINDS
 from policy.domain.strict_json import JsonRefused
 from runs.domain.budgets import (
     MAX_DEADLINE_S,
@@ -19,6 +22,15 @@ from runs.domain.budgets import (
 )
 from runs.domain.model_planning import MAX_MODEL_NAME, PLANNER_KIND
 from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
+from runs.views.grant_rows import (
+    GrantRow,
+    RowInvalid,
+    blank_rows,
+    place_error,
+    rows_from_post,
+    rows_from_templates,
+    templates_from_rows,
+)
 
 _AUDIENCE_LABELS = {"all": "All users", "users": "Named users", "groups": "Groups"}
 _JSON_HELP = "JSON. Checked when you save: a bad value is refused and nothing is saved."
@@ -84,6 +96,12 @@ class ProfileForm(forms.Form):
     tools = forms.MultipleChoiceField(
         widget=forms.CheckboxSelectMultiple, label="Tools allowed", choices=()
     )
+    # How the grant templates were edited: as form rows (runs/views/grant_rows.py) or as JSON.
+    # The page sends "rows" then, when "Edit as JSON" is ticked, "json": the last one counts.
+    # A post without it is a script's or an older page's: JSON if it sends the JSON field.
+    grants_mode = forms.ChoiceField(
+        choices=[("rows", "Form"), ("json", "JSON")], required=False, widget=forms.RadioSelect
+    )
     grant_templates = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
@@ -123,7 +141,13 @@ class ProfileForm(forms.Form):
     version = forms.IntegerField(required=False, widget=forms.HiddenInput)
 
     def __init__(
-        self, *args: Any, tools: Iterable[str] = (), endpoints: Iterable[str] = (), **kwargs: Any
+        self,
+        *args: Any,
+        tools: Iterable[str] = (),
+        endpoints: Iterable[str] = (),
+        capabilities: Iterable[str] = (),
+        json_tab: bool = False,
+        **kwargs: Any,
     ) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
@@ -131,11 +155,41 @@ class ProfileForm(forms.Form):
         self.fields["planner_endpoint"].choices = [("", "—")] + [  # type: ignore[attr-defined]
             (e, e) for e in endpoints
         ]
+        self.capabilities = list(capabilities)
+        self.constraint_kinds = CONSTRAINT_KINDS
+        if self.is_bound:
+            sent = self.data.get("grants_mode")
+            fallback = "json" if "grant_templates" in self.data else "rows"
+            self.grants_mode_value = sent if sent in ("rows", "json") else fallback
+            self.rows: list[GrantRow] = rows_from_post(self.data)
+        else:
+            self.grants_mode_value = "json" if json_tab else "rows"
+            self.rows = rows_from_templates(_loads_or_empty(self.initial.get("grant_templates")))
+
+    @property
+    def grant_rows(self) -> list[GrantRow]:
+        """The rows to show: the grants, each with a blank constraint line, and a blank row."""
+        return blank_rows(self.rows)
+
+    def place_refusal(self, exc: DomainError) -> None:
+        """Show the domain's refusal beside the field it names (its code with it): a grant
+        row's field, or a field of the form (``budgets.max_steps: …``, ``name: …``)."""
+        if self.grants_mode_value == "rows" and place_error(self.rows, exc):
+            return
+        found = re.match(r"^(?:budgets\.)?([a-z_]+)\b", exc.message)
+        name = found.group(1) if found else ""
+        if name in self.fields and name not in ("version", "grants_mode"):
+            self.add_error(name, f"{exc.code}: {exc.message}")
 
     def clean_planner_outputs(self) -> Any:
         return _json(self.cleaned_data["planner_outputs"], what="Planner outputs", kind=list)
 
     def clean_grant_templates(self) -> Any:
+        if self.grants_mode_value == "rows":
+            try:
+                return templates_from_rows(self.rows)
+            except RowInvalid as exc:
+                raise forms.ValidationError(exc.message) from None
         return _json(self.cleaned_data["grant_templates"], what="Grant templates", kind=list)
 
     def clean_tool_policy(self) -> Any:
@@ -166,6 +220,13 @@ class ProfileForm(forms.Form):
                 if d.get(k) is not None  # an empty token budget is the default one
             },
         }
+
+
+def _loads_or_empty(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        return []
 
 
 def _planner(d: dict[str, Any]) -> dict[str, Any]:

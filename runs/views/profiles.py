@@ -38,8 +38,18 @@ NEW_PROFILE = {
 }
 
 
-def _tools() -> list[str]:
-    return list(profiles.tool_capabilities(ctx=wiring.context()))
+def _form(request: HttpRequest, *args: Any, **kwargs: Any) -> ProfileForm:
+    """The profile form with the deployment's tools, the capabilities they need (a grant
+    row's choices) and endpoints; ``?grants=json`` opens the grants on the JSON tab."""
+    tools = profiles.tool_capabilities(ctx=wiring.context())
+    return ProfileForm(
+        *args,
+        tools=list(tools),
+        endpoints=profiles.model_endpoint_names(),
+        capabilities=sorted({cap for caps in tools.values() for cap in caps}),
+        json_tab=request.GET.get("grants") == "json",
+        **kwargs,
+    )
 
 
 def _refusal(form: Any, error: DomainError | None) -> tuple[dict[str, str], int]:
@@ -78,13 +88,14 @@ def _submit(
     foreign = _foreign_post(request, ProfileForm)
     if foreign is not None:
         return foreign
-    form = ProfileForm(request.POST, tools=_tools(), endpoints=profiles.model_endpoint_names())
+    form = _form(request, request.POST)
     failure: DomainError | None = None
     if form.is_valid():
         try:
             return saved(save(form))
         except DomainError as exc:
             failure = exc
+            form.place_refusal(exc)  # beside its field too, with its code
     error, status = _refusal(form, failure)
     return again(form, error, status)
 
@@ -93,12 +104,7 @@ def _submit(
 @require_http_methods(["GET", "POST"])
 def profile_list(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
-        return _list_page(
-            request,
-            ProfileForm(
-                tools=_tools(), endpoints=profiles.model_endpoint_names(), initial=NEW_PROFILE
-            ),
-        )
+        return _list_page(request, _form(request, initial=NEW_PROFILE))
 
     def save(form: ProfileForm) -> Any:
         return profiles.profile_create(
@@ -126,11 +132,7 @@ def profile_edit(request: HttpRequest, profile_id: int) -> HttpResponse:
     row = profiles.profile_get(profile_id=profile_id)
     if request.method == "GET":
         initial = initial_from(profiles.profile_form_shown(row), version=row.version)
-        return _edit_page(
-            request,
-            row,
-            ProfileForm(tools=_tools(), endpoints=profiles.model_endpoint_names(), initial=initial),
-        )
+        return _edit_page(request, row, _form(request, initial=initial))
 
     def save(form: ProfileForm) -> Any:
         return profiles.profile_update(

@@ -191,6 +191,9 @@ ROUTES = [
     Route("GET run observations", _run("observations/"), READ_RUN),
     Route("GET run ledger", _run("ledger/"), READ_RUN),
     Route("GET run grants", _run("grants/"), READ_RUN),
+    # Issue 24 item 5: the trace as a file, for whoever sees the run.
+    Route("GET run trace.json", _run("trace.json"), READ_RUN),
+    Route("GET run trace.ndjson", _run("trace.ndjson"), READ_RUN),
     Route(
         "GET confirmations",
         lambda p, w: p.get("/api/confirmations/"),
@@ -343,6 +346,7 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-run-events", "api-run-observations", "api-run-ledger", "api-run-grants",
         "api-confirmations", "api-confirmation", "api-confirmation-approve",
         "api-confirmation-decline", "api-confirmation-edit", "api-confirmation-respond",
+        "api-run-trace-json", "api-run-trace-ndjson",
         "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",
         "api-pref-apply", "api-pref-history", "api-pref-export", "api-pref-erase",

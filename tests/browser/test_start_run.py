@@ -110,6 +110,7 @@ def test_operator_creates_a_profile_in_the_browser(
     page.get_by_label("search_public").check()
     page.get_by_label("Planner outputs").fill(json.dumps(PLANNER))
     bad = [{"capability": "search:public", "resource_scope": "*/{subject}", "expires_at_step": 4}]
+    page.get_by_label("Edit as JSON").check()  # the raw editor, for power users
     page.get_by_label("Grant templates").fill(json.dumps(bad))
     page.get_by_role("button", name="Create profile").click()
     page.wait_for_load_state()
