@@ -206,6 +206,7 @@ NOT_REWRITTEN: dict[str, str] = {
     "runs.RunProfile.grant_templates": _OPERATOR,
     "runs.RunProfile.budgets": _OPERATOR,
     "runs.RunProfile.tool_policy": _OPERATOR,
+    "runs.Run.profile": "the name of the profile it was started from: the operator's",
     # memory: the subject's own records are deleted or blanked by the memory side of the erase.
     "memory.PreferenceRecord.subject": _DELETED,
     "memory.PreferenceRecord.key": _DELETED,
@@ -232,6 +233,24 @@ NOT_REWRITTEN: dict[str, str] = {
     "memory.WorkingMemoryItem.kind": _CODE,
     "memory.WorkingMemoryItem.trust": _CODE,
     "memory.WorkingMemoryItem.source_ids": _ID,
+    # notify: subscriptions are the operator's; a notification names an item, never its content
+    # (notify.services.notification_record takes no argument, goal or observation).
+    "notify.Subscription.kind": _CODE,
+    "notify.Subscription.url": _OPERATOR,
+    "notify.Subscription.secret": _OPERATOR,
+    "notify.Subscription.email": _OPERATOR,
+    "notify.Subscription.events": _CODE,
+    "notify.Subscription.role": _CODE,
+    "notify.Subscription.profile": _OPERATOR,
+    "notify.Notification.kind": _CODE,
+    "notify.Notification.item_id": _ID,
+    "notify.Notification.run_id": _ID,
+    "notify.Notification.tool_name": "a registered tool's name",
+    "notify.Notification.profile": "the name of the run's profile: the operator's",
+    "notify.Notification.roles": _CODE,
+    "notify.Notification.link_path": "a console path built from the item's ids",
+    "notify.Delivery.status": _CODE,
+    "notify.Delivery.last_error": _CODE,
 }
 
 

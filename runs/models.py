@@ -79,6 +79,9 @@ class Run(models.Model):
     # The effective tool policy, recorded at creation (policy.domain.tool_policy) so the gate
     # never reads a profile edited later. {} (every run from before issue 12): contract modes.
     tool_policy = models.JSONField(default=dict, blank=True)
+    # The name of the profile the run was started from ("" for a run started otherwise, or
+    # before migration 0017_run_profile): notifications filter on it (notify).
+    profile = models.CharField(max_length=63, blank=True, default="")
     # How the run's writes ended (runs.domain.writes), counted in the commits of its steps.
     # NULL: a run from before migration 0012_run_outcome, never counted (its counts would be
     # partial).

@@ -67,6 +67,7 @@ def run_create(
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
     profile_policy: ToolPolicy = EMPTY,
+    profile: str = "",
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -74,6 +75,8 @@ def run_create(
     Scenario confirmations are bound to the hash of the proposal they name. The run records
     its effective tool policy now: the deployment's joined with ``profile_policy`` (its
     profile's, already checked to only tighten), so a later edit of either changes no run.
+    ``profile`` is the name of the profile it was started from, if any (notifications filter
+    on it).
     """
     # Secrets in the goal and the planner configuration are masked before anything is stored
     # (issue 9 item 12), except a fixture planner's scripted outputs: they are the planner's
@@ -123,6 +126,7 @@ def run_create(
             granted_by=granted_by,
             proposals=proposals,
             faults=faults,
+            profile=profile,
         )
         state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
         if enqueue:
