@@ -10,7 +10,11 @@ LOG_SIZE = 50
 
 
 def subscriptions_live() -> QuerySet[Subscription]:
-    return Subscription.objects.filter(removed_at__isnull=True).order_by("-id")
+    return (
+        Subscription.objects.select_related("created_by")
+        .filter(removed_at__isnull=True)
+        .order_by("-id")
+    )
 
 
 def deliveries_recent(*, limit: int = LOG_SIZE) -> list[Delivery]:

@@ -190,6 +190,12 @@ def deliveries_send_due(*, now: datetime, config: DeliveryConfig, limit: int = 2
     )
     attempted = 0
     for d in due:
+        if d.subscription.removed_at is not None:
+            # Fanned out while its subscription was being removed: owed to nobody now.
+            Delivery.objects.filter(pk=d.pk, status=DeliveryStatus.PENDING.value).update(
+                status=DeliveryStatus.CANCELLED.value
+            )
+            continue
         if not _take(d, now=now, config=config):
             continue  # another worker took it, or it was cancelled meanwhile
         attempted += 1

@@ -79,8 +79,13 @@ def check_webhook_url(url: str) -> str:
     (they would be stored, shown and sent in clear), no fragment. Which hosts are allowed is the
     operator's configuration (docs/notifications.md): the console does not second-guess it."""
     url = url.strip()
-    if not url or len(url) > MAX_URL or any(c.isspace() or ord(c) < 32 for c in url):
-        raise SubscriptionInvalid("Give the receiver's full URL.", code="NOTIFY_URL_INVALID")
+    # ASCII only: an international name goes as its punycode and a path percent-encoded (the
+    # way it travels anyway); nothing unprintable, no lone surrogate the database would refuse.
+    if not url or len(url) > MAX_URL or not (url.isascii() and url.isprintable()) or " " in url:
+        raise SubscriptionInvalid(
+            "Give the receiver's full URL, in ASCII (punycode, percent-encoding).",
+            code="NOTIFY_URL_INVALID",
+        )
     try:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is not a number in range
@@ -102,9 +107,11 @@ def check_webhook_url(url: str) -> str:
 
 
 def check_secret(secret: str) -> str:
-    if not MIN_SECRET <= len(secret) <= MAX_SECRET or any(c.isspace() for c in secret):
+    printable = secret.isascii() and secret.isprintable() and " " not in secret
+    if not MIN_SECRET <= len(secret) <= MAX_SECRET or not printable:
         raise SubscriptionInvalid(
-            f"The signing secret is {MIN_SECRET} to {MAX_SECRET} characters, no spaces.",
+            f"The signing secret is {MIN_SECRET} to {MAX_SECRET} printable ASCII characters, "
+            "no spaces.",
             code="NOTIFY_SECRET_INVALID",
         )
     return secret
@@ -112,7 +119,7 @@ def check_secret(secret: str) -> str:
 
 def check_email(address: str) -> str:
     address = address.strip()
-    if not _EMAIL.match(address):
+    if not address.isascii() or not _EMAIL.match(address):
         raise SubscriptionInvalid("Give one e-mail address.", code="NOTIFY_EMAIL_INVALID")
     return address
 

@@ -96,12 +96,31 @@ def test_the_payload_has_exactly_its_fields_and_the_mail_only_the_link() -> None
         ("http://x.test/#frag", "NOTIFY_URL_INVALID"),
         ("http://x.test/a b", "NOTIFY_URL_INVALID"),
         ("http://[::1/", "NOTIFY_URL_INVALID"),
+        ("https://x.test/\ud800", "NOTIFY_URL_INVALID"),  # PostgreSQL would refuse it: a 500
+        ("https://x.test/\x7f", "NOTIFY_URL_INVALID"),
     ],
 )
 def test_webhook_urls_refused(url: str, code: str) -> None:
     with pytest.raises(rules.SubscriptionInvalid) as caught:
         rules.check_webhook_url(url)
     assert caught.value.code == code
+
+
+@pytest.mark.parametrize("secret", ["short", "x" * 15, "a" * 20 + " b", "s\ud800" * 10, "ü" * 20])
+def test_secrets_refused(secret: str) -> None:
+    with pytest.raises(rules.SubscriptionInvalid) as caught:
+        rules.check_secret(secret)
+    assert caught.value.code == "NOTIFY_SECRET_INVALID"
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["a@b", "a b@c.test", "a@b.test,c@d.test", "a@b.test\nBcc: c@d.test", "\ud800@b.test"],
+)
+def test_email_addresses_refused(address: str) -> None:
+    with pytest.raises(rules.SubscriptionInvalid) as caught:
+        rules.check_email(address)
+    assert caught.value.code == "NOTIFY_EMAIL_INVALID"
 
 
 def test_webhook_urls_accepted_and_loopback_named() -> None:
