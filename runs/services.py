@@ -74,9 +74,8 @@ def run_create(
     Grants come from the caller (an operator, a scenario file), never from a planner output.
     Scenario confirmations are bound to the hash of the proposal they name. The run records
     its effective tool policy now: the deployment's joined with ``profile_policy`` (its
-    profile's, already checked to only tighten), so a later edit of either changes no run.
-    ``profile`` is the name of the profile it was started from, if any (notifications filter
-    on it).
+    profile's, already checked to only tighten), so a later edit of either changes no run; and
+    the name of the ``profile`` it was started from, if any (notifications filter on it).
     """
     # Secrets in the goal and the planner configuration are masked before anything is stored
     # (issue 9 item 12), except a fixture planner's scripted outputs: they are the planner's
@@ -107,10 +106,7 @@ def run_create(
         deadline_ms=now + budgets.deadline_ms,
         max_tokens=budgets.max_tokens,
     )
-    bound = [
-        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
-        for i, g in enumerate(grants)
-    ]
+    bound = _bound_grants(run_id, grants)
     bound_confirmations, proposals = _bind_confirmations(run_id, confirmations)
     store = context.store()
     with transaction.atomic():
@@ -132,6 +128,13 @@ def run_create(
         if enqueue:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _bound_grants(run_id: str, grants: Sequence[dict[str, Any]]) -> list[CapabilityGrant]:
+    return [
+        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
+        for i, g in enumerate(grants)
+    ]
 
 
 def _effective_policy(context: RunsContext, profile: ToolPolicy) -> dict[str, Any]:

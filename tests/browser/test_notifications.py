@@ -59,8 +59,9 @@ def test_webhook_delivery_to_a_local_receiver(
 
         run = waiting_run(console, "Notification browser test: save a language")
         run_id = run["run_id"]
-        console.wait_for("the receiver to get a signed POST", lambda: r.received, timeout_s=30)
-        (got,) = [x for x in r.received if x.json["run_id"] == run_id]
+        mine = lambda: [x for x in r.received if x.json.get("run_id") == run_id]  # noqa: E731
+        console.wait_for("the receiver to get the run's POST", mine, timeout_s=30)
+        (got,) = mine()
         assert got.verified, "the signature did not verify"
         assert got.json["event"] == "confirmation.waiting"
         assert got.json["tool_name"] == "save_preference"
