@@ -23,7 +23,6 @@ class SubscriptionForm(forms.Form):
             (TargetKind.WEBHOOK.value, "Webhook (signed POST)"),
             (TargetKind.EMAIL.value, "E-mail"),
         ],
-        widget=forms.RadioSelect,
     )
     url = forms.CharField(
         label="Webhook URL",

@@ -45,6 +45,7 @@ def _page(
         "form": form,
         "error": error,
         "deliveries": selectors.deliveries_recent(),
+        "log_size": selectors.LOG_SIZE,
         "event_labels": EVENT_LABELS,
         "loopback": {s.pk for s in subscriptions if s.url and is_loopback(s.url)},
     }

@@ -3,7 +3,7 @@ an operator adds a webhook on the Notifications page, a run comes to wait for a 
 (a real worker), the worker POSTs the signed notification to a receiver on 127.0.0.1 that this
 test runs and that checks the signature, and the page's delivery log shows it delivered. A bad
 URL is refused with its code and the typed values kept. Screenshots:
-var/screenshots/notifications-*.png."""
+var/screenshots/notifications-delivered-*.png (whole page), notifications-log-*.png."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SECRET = "whsec-browser-test-0123456789abcdef"
 
 def add_webhook(page: Any, url: str, secret: str) -> None:
     page.goto("/notifications/")
-    page.get_by_label("Webhook (signed POST)").check()
+    page.get_by_label("Send by").select_option("webhook")
     page.get_by_label("Webhook URL").fill(url)
     page.get_by_label("Signing secret").fill(secret)
     page.get_by_label("Only items for the role").select_option("operator")
@@ -80,13 +80,17 @@ def test_webhook_delivery_to_a_local_receiver(
         assert "delivered" in text
         assert "HTTP 200" in text
         assert r.url in text
-        shot(page, "notifications", full_page=True)
+        shot(page, "notifications-delivered", full_page=True)
+        page.locator("#log-h").scroll_into_view_if_needed()
+        shot(page, "notifications-log")
         assert layout_problems(page, tab=False) == []
 
         phone = new_page(viewport=PHONE)
         login(phone, "operator")
         phone.goto("/notifications/")
-        shot(phone, "notifications", full_page=True)
+        shot(phone, "notifications-delivered", full_page=True)
+        phone.locator("#log-h").scroll_into_view_if_needed()
+        shot(phone, "notifications-log")
         assert layout_problems(phone, tab=False) == []
 
         # Removed: the log keeps naming it, nothing more is sent to it.
