@@ -20,6 +20,7 @@ _NAV: tuple[tuple[str, str, str, str], ...] = (
     ("Profiles", "/profiles/", "operator", ""),
     ("Tools", "/tools/", "operator", ""),
     ("Memory", "/memory/", "operator", ""),
+    ("Notifications", "/notifications/", "operator", ""),
     ("My preferences", "/preferences/", "everyone", ""),
     # The Django admin (read-only records, accounts and their roles): only who may enter it.
     ("Admin", "/admin/", "admin", ""),

@@ -3,12 +3,15 @@
 ``NAME`` holds the JSON, or ``NAME_FILE`` names a file that does (a file the secret store mounts:
 its content never shows in a process listing's environment). An error names the variable and a
 position, never the content: it may hold secrets. Plain Python: settings import it before Django
-is set up.
+is set up. Also here: the development secret key's file (``dev_secret_key``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +205,23 @@ def queues() -> tuple[str, str, tuple[Any, ...]]:
     control = os.environ.get("AGENTCONSOLE_CONTROL_QUEUE") or f"{runs}-control"
     declared = tuple(Queue(q, Exchange(q), routing_key=q) for q in (control, runs))
     return runs, control, declared
+
+
+def dev_secret_key(var_dir: Path) -> str:
+    """Read ``var/secret_key``, creating it on first use (dev only; ``var/`` is never committed).
+
+    The web server and the worker import settings at the same moment on first start, so the key is
+    written to a temporary file and hard-linked into place: ``os.link`` fails if another process won
+    the race, and then everyone reads the winner's key. No reader ever sees a half-written file.
+    """
+    path = var_dir / "secret_key"
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=var_dir, prefix=".secret_key.")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+    return path.read_text().strip()

@@ -8,16 +8,14 @@ any code change.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
 import dj_database_url
 
 from agentconsole import csp_policy, env
+from agentconsole.notify_env import *  # noqa: F403 -- notifications and e-mail (issue 24 item 4)
 from agentconsole.otel_env import otel_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -33,31 +31,11 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-def _dev_secret_key() -> str:
-    """Read ``var/secret_key``, creating it on first use (dev only; ``var/`` is never committed).
-
-    The web server and the worker import settings at the same moment on first start, so the key is
-    written to a temporary file and hard-linked into place: ``os.link`` fails if another process won
-    the race, and then everyone reads the winner's key. No reader ever sees a half-written file.
-    """
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=VAR_DIR, prefix=".secret_key.")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(50))
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-        finally:
-            os.unlink(tmp)
-    return path.read_text().strip()
-
-
 DEBUG = _env_bool("DEBUG", "1")
 if not DEBUG and not os.environ.get("SECRET_KEY"):
     # Several hosts must share one key (sessions, signed tokens); a per-host file would not.
     raise RuntimeError("SECRET_KEY must be set when DEBUG is off")
-SECRET_KEY = os.environ.get("SECRET_KEY") or _dev_secret_key()
+SECRET_KEY = os.environ.get("SECRET_KEY") or env.dev_secret_key(VAR_DIR)
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 # Full origins (scheme://host[:port]) other than the request's own that may POST with a session
 # cookie and open a websocket on it (agentconsole/ws_auth.py), e.g. https://console.example.com.
@@ -87,6 +65,7 @@ INSTALLED_APPS = [
     "policy",
     "runs",
     "memory",
+    "notify",
 ]
 
 MIDDLEWARE = [
@@ -278,6 +257,8 @@ CELERY_BEAT_SCHEDULE = {
               "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE, "expires": SWEEP_INTERVAL_S}},
     # Retention: expired long-term memory records are purged (an audit entry stays).
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
+    # Notifications: due retries, outbox rows a lost message left (agentconsole/notify_env.py).
+    "notify-deliver": NOTIFY_BEAT,  # noqa: F405
 }  # fmt: skip
 
 # --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/auth.py) ---------------

@@ -36,6 +36,7 @@ urlpatterns = [
     path("", include("runs.urls")),
     path("", include("policy.urls")),
     path("", include("memory.urls")),
+    path("", include("notify.urls")),
     # Before admin.site.urls: the same path, its 429 shown as a page.
     path("admin/login/", admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),

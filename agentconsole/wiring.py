@@ -31,6 +31,7 @@ from agentconsole.metrics import StepTimingStore, observe_model_latency
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
+from notify import tasks as notify_tasks
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
 from policy.domain.mcp import McpServerSpec
@@ -248,6 +249,7 @@ def store(lease_owner: str | None = None) -> OrmRunStore:
         on_commit_events=ring_after_commit,
         lease_owner=lease_owner,
         on_call_requested=calls_doorbell.ring,
+        on_notification=notify_tasks.enqueue_deliver,
     )
 
 

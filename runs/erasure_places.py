@@ -64,7 +64,8 @@ ERASED: tuple[Place, ...] = (
     # resolution: the code a tool gave back when a reviewer retried it.
     Place(m.Handoff, ("bundle", "resolution")),
     # What people typed: an operator's decline, each approver's reason, a revocation's reason.
-    Place(Confirmation, ("proposal", "decision_reason")),
+    # edit_diff: what a person's edit changed, values as they were shown and typed.
+    Place(Confirmation, ("proposal", "decision_reason", "edit_diff")),
     Place(ConfirmationApproval, ("reason",), run="confirmation__run_id"),
     Place(PreferenceHistory, ("reason",), run=None),
     Place(Grant, ("constraints",)),
@@ -117,6 +118,7 @@ NOT_REWRITTEN: dict[str, str] = {
     "policy.Grant.resource_scope": "a scope from a profile's template: the subject or a prefix",
     "policy.Confirmation.id": _ID,
     "policy.Confirmation.proposal_hash": _HASH,
+    "policy.Confirmation.edited_from": _ID,
     "policy.Confirmation.hash_scheme": _HASH,
     "policy.Confirmation.tool_name": "a registered tool's name",
     "policy.Confirmation.tool_version": "a registered tool's version",
@@ -232,6 +234,24 @@ NOT_REWRITTEN: dict[str, str] = {
     "memory.WorkingMemoryItem.kind": _CODE,
     "memory.WorkingMemoryItem.trust": _CODE,
     "memory.WorkingMemoryItem.source_ids": _ID,
+    # notify: subscriptions are the operator's; a notification names an item, never its content
+    # (notify.services.notification_record takes no argument, goal or observation).
+    "notify.Subscription.kind": _CODE,
+    "notify.Subscription.url": _OPERATOR,
+    "notify.Subscription.secret": _OPERATOR,
+    "notify.Subscription.email": _OPERATOR,
+    "notify.Subscription.events": _CODE,
+    "notify.Subscription.role": _CODE,
+    "notify.Subscription.profile": _OPERATOR,
+    "notify.Notification.kind": _CODE,
+    "notify.Notification.item_id": _ID,
+    "notify.Notification.run_id": _ID,
+    "notify.Notification.tool_name": "a registered tool's name",
+    "notify.Notification.profile": "the name of the run's profile: the operator's",
+    "notify.Notification.roles": _CODE,
+    "notify.Notification.link_path": "a console path built from the item's ids",
+    "notify.Delivery.status": _CODE,
+    "notify.Delivery.last_error": _CODE,
 }
 
 

@@ -103,10 +103,7 @@ def run_create(
         deadline_ms=now + budgets.deadline_ms,
         max_tokens=budgets.max_tokens,
     )
-    bound = [
-        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
-        for i, g in enumerate(grants)
-    ]
+    bound = _bound_grants(run_id, grants)
     bound_confirmations, proposals = _bind_confirmations(run_id, confirmations)
     store = context.store()
     with transaction.atomic():
@@ -128,6 +125,13 @@ def run_create(
         if enqueue:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _bound_grants(run_id: str, grants: Sequence[dict[str, Any]]) -> list[CapabilityGrant]:
+    return [
+        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
+        for i, g in enumerate(grants)
+    ]
 
 
 def _effective_policy(context: RunsContext, profile: ToolPolicy) -> dict[str, Any]:

@@ -118,11 +118,15 @@ class OrmRunStore:
         on_commit_events: Any = None,
         lease_owner: str | None = None,
         on_call_requested: Any = None,
+        on_notification: Any = None,
     ) -> None:
         # Called after commit with (run_id, last_sequence): the realtime doorbell.
         self.on_commit_events = on_commit_events
         # Called after a commit that recorded a model or tool call: the gateway's doorbell.
         self.on_call_requested = on_call_requested
+        # Called after a commit that wrote a notification's outbox row (a new confirmation or
+        # handoff): the notifier's doorbell (notify.tasks.enqueue_deliver).
+        self.on_notification = on_notification
         # When set, every write also requires that this worker still holds the run's lease.
         self.lease_owner = lease_owner
 
@@ -257,6 +261,9 @@ class OrmRunStore:
         requested = commit.model_request is not None or commit.tool_request is not None
         if requested and self.on_call_requested is not None:
             ring = _both(ring, self.on_call_requested)
+        notified = commit.confirmation_request is not None or commit.handoff_reason is not None
+        if notified and self.on_notification is not None:
+            ring = _both(ring, self.on_notification)
         try:
             if after or connection.in_atomic_block:
                 with transaction.atomic():

@@ -8,7 +8,9 @@ of the commit and writes nothing when the commit has no such part, so a step's s
 the count of the parts it carries (tests/services/test_step_queries.py).
 
 Grants and confirmations are the policy app's records: their statements come from
-``policy.services``; a conditional write that changes no row is a ``VersionConflict``.
+``policy.services``; a conditional write that changes no row is a ``VersionConflict``. A new
+confirmation or handoff also writes its notification's outbox row (``notify.services``), in the
+same transaction.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from memory.domain.working import WorkingItem, admit
 from memory.models import WorkingMemoryItem
+from notify import services as notify_services
+from notify.domain.rules import EventKind, roles_for_confirmation, roles_for_handoff
 from policy import services as policy_services
 from policy import sqlbatch
 from policy.domain.canonical import TRACE_SCHEME
@@ -313,6 +319,25 @@ def _write_confirmation_request(commit: Commit, at: At) -> None:
         approved=r.approved,
         decided_by=at.decided_by,
     )
+    # The outbox row, in this same transaction (issue 24 item 4): it is delivered after the
+    # commit, and a commit that rolls back takes it with it. The tool's name, never its
+    # arguments.
+    notify_services.notification_record(
+        kind=EventKind.CONFIRMATION_WAITING,
+        item_id=r.confirmation_id,
+        run_id=at.run_id,
+        tool_name=r.tool_name,
+        roles=roles_for_confirmation(r.approvers.value),
+        link_path=f"/runs/{at.run_id}/",
+        profile=_run_profile(at.run_id),
+    )
+
+
+def _run_profile(run_id: str) -> Coalesce:
+    # The name of the run's profile ("" when it was started otherwise), read by the outbox row's
+    # INSERT itself: no extra round trip.
+    name = Subquery(m.Run.objects.filter(pk=run_id).values("profile__name")[:1])
+    return Coalesce(name, Value(""))
 
 
 def _write_confirmation_decision(commit: Commit, at: At) -> None:
@@ -379,7 +404,15 @@ def _write_handoff(commit: Commit, at: At) -> None:
         proposal=commit.handoff_proposal,
         proposal_hash=commit.handoff_proposal_hash,
     )
-    m.Handoff.objects.create(run_id=at.run_id, reason=commit.handoff_reason, bundle=bundle)
+    row = m.Handoff.objects.create(run_id=at.run_id, reason=commit.handoff_reason, bundle=bundle)
+    notify_services.notification_record(
+        kind=EventKind.HANDOFF_OPENED,
+        item_id=str(row.pk),
+        run_id=at.run_id,
+        roles=roles_for_handoff(),
+        link_path=f"/handoffs/{row.pk}/",
+        profile=_run_profile(at.run_id),
+    )
 
 
 # The fixed order of a commit's writes, after the run's compare-and-set. Why this order:

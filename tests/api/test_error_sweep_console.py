@@ -27,6 +27,7 @@ import pytest
 from django.test import Client
 
 from agentconsole import wiring
+from notify import services as notify_services
 from policy.mcp import services as mcp_services
 from runs.demo_profiles import load_demo_profiles
 from tests.api import api_kit as kit
@@ -40,7 +41,8 @@ EXPECTED_FORMS = {
     "operator": {"profiles", "profile-edit", "profile-archive", "run-new",
                  "confirmation-approve", "confirmation-decline", "confirmation-edit",
                  "confirmation-respond", "memory-revoke",
-                 "mcp-tool-accept", "logout"},
+                 "mcp-tool-accept", "notifications", "notification-subscription-remove",
+                 "logout"},
     "reviewer": {"handoff-claim", "handoff-resolve", "logout"},
     "alice": {"run-new", "console-run-cancel", "preference-propose", "preferences-erase",
               "change-confirm", "change-cancel", "preference-revoke", "logout"},
@@ -69,6 +71,10 @@ def console_data(people: kit.People, settings: Any, tmp_path: Path) -> dict[str,
     mcp_services.mcp_server_register(
         spec=server.spec, by=None, lister=wiring.mcp_lister, allowed_commands=[server.argv]
     )
+    notify_services.subscription_create(
+        kind="webhook", url="https://hooks.example.test/x", secret="s" * 16,
+        events=["confirmation.waiting"],
+    )  # fmt: skip
     return {"alice": [f"/preferences/changes/{change.pk}/"]}
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOMAIN_APPS = ("policy", "runs", "memory")
+DOMAIN_APPS = ("policy", "runs", "memory", "notify")
 
 # Third-party (and project) roots that belong to the Django/web/worker side.
 FORBIDDEN_ROOTS = frozenset(
@@ -45,6 +45,7 @@ ALLOWED_DOMAIN_DEPENDENCIES = {
     "policy": {"policy"},
     "memory": {"policy", "memory"},
     "runs": {"policy", "memory", "runs"},
+    "notify": {"policy", "notify"},
 }
 
 

@@ -32,13 +32,14 @@ import pytest
 from tests.architecture.test_domain_imports import imported_names
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT_PACKAGES = ("agentconsole", "runs", "memory", "policy")
+PRODUCT_PACKAGES = ("agentconsole", "runs", "memory", "policy", "notify")
 WIRING = "agentconsole.wiring"
 # Paths (relative to the repository root, fnmatch patterns; ``*`` also crosses ``/``).
 ENTRY_POINTS = (
     "agentconsole/*",
     "runs/tasks.py",
     "memory/tasks.py",
+    "notify/tasks.py",
     "*/apis.py",
     "*/views.py",
     "*/views/*.py",
@@ -50,7 +51,7 @@ ENTRY_POINTS = (
     "runs/isolated_child.py",
 )
 REASON_MARK = "import here:"
-APPS = ("runs", "memory", "policy")
+APPS = ("runs", "memory", "policy", "notify")
 # What an app may import from the project package (rule 2 limits the first to entry points).
 FROM_PROJECT = (WIRING, "agentconsole.celery")
 

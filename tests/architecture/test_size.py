@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agentconsole", "policy", "runs", "memory", "bench", "soak")
+PACKAGES = ("agentconsole", "policy", "runs", "memory", "notify", "bench", "soak")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 500
 

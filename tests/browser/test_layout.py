@@ -49,6 +49,7 @@ PAGES: list[tuple[str, str, str | Callable[[Console], str]]] = [
     ("memory-admin", "operator", "/memory/?subject=alice"),
     ("profiles", "operator", "/profiles/"),
     ("mcp-tools", "operator", "/tools/"),
+    ("notifications", "operator", "/notifications/"),
 ]
 
 

@@ -56,7 +56,9 @@ def test_a_user_sees_no_operator_links(page: Any) -> None:
     nav = page.get_by_role("navigation", name="Console")
     links = [a.strip() for a in nav.get_by_role("link").all_inner_texts()]
     assert {"Runs", "My preferences"} <= set(links)
-    assert not {"Confirmations", "Handoffs", "Profiles", "Tools", "Memory"} & set(links)
+    assert not {"Confirmations", "Handoffs", "Profiles", "Tools", "Memory", "Notifications"} & set(
+        links
+    )
 
 
 def test_sign_out(page: Any) -> None:

@@ -19,8 +19,8 @@ import pytest
 from agentconsole import wiring
 from bench.slow_model import SlowModel
 from memory.services import preference_propose_edit, preference_revoke
+from runs import answers, selectors, services
 from runs import models as m
-from runs import selectors, services
 from runs.domain.budgets import RunBudgets
 from runs.erasure_places import Place
 from runs.handoffs import handoff_claim, handoff_resolve
@@ -115,6 +115,22 @@ def decide(run_id: str, *, approved: bool, by: Any = "t", reason: str = "") -> N
     services.run_advance(run_id=run_id)
 
 
+def edit(run_id: str, *, by: Any, value: str) -> None:
+    """``by`` edits the value of the run's waiting save, which approves the edited call."""
+    pending = selectors.confirmation_get(
+        confirmation_id=m.Run.objects.get(pk=run_id).pending_confirmation_id
+    )
+    edited = {**pending.proposal["arguments"], "value": value}
+    answers.confirmation_edit(
+        confirmation_id=pending.pk,
+        shown_hash=pending.proposal_hash,
+        arguments=edited,
+        by=by,
+        reason=f"{value}, not the other",
+    )
+    services.run_advance(run_id=run_id)
+
+
 def write_alice_memory() -> None:
     for value, expected in ((OLD, None), (CURRENT, 1)):
         confirmed_write("alice", "answer_language", value, expected, confirmation_id="user-set")
@@ -156,10 +172,13 @@ def alice_everywhere(users: dict[str, Any]) -> Alice:
         "handed": run("alice", [search, search], max_steps=1),
         "tools": _tools_run(),
         "model": _model_run(),
+        # a save she edits before approving it (issue 24 item 1): the edit's diff holds both.
+        "edited": run("alice", [save("p1", OLD, expected=2)]),
     }
     decide(runs["done"], approved=True, by=users["alice"], reason=f"yes, {CURRENT} again")
     decide(runs["done"], approved=False, by=users["operator"], reason=f"{OLD} is retired")
     _retry_the_unsure_call(runs["tools"], users["operator"])
+    edit(runs["edited"], by=users["alice"], value=CURRENT)
     preference_revoke(
         subject="alice", key="answer_language", by=users["alice"], reason=f"not {CURRENT}"
     )

@@ -1,0 +1,1 @@
+"""Notification rules, plain Python: events, who they concern, targets, signatures, back-off."""

@@ -1,0 +1,5 @@
+"""Console routes of notifications."""
+
+from notify import views
+
+urlpatterns = views.urlpatterns
