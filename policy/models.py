@@ -88,6 +88,16 @@ class Confirmation(models.Model):
         indexes = [
             # The operator queue: pending confirmations, newest first.
             models.Index(fields=["status", "-requested_at"], name="confirmation_queue"),
+            # The queue filtered by tool (``?tool=``), oldest first (policy.queue_list).
+            models.Index(
+                fields=["status", "tool_name", "requested_at"], name="confirmation_pending_tool"
+            ),
+            # Identical proposals waiting in several runs: pending with one hash (queue_list).
+            models.Index(fields=["status", "proposal_hash"], name="confirmation_pending_hash"),
+            # The last approved call of a tool (for a subject): queue_list.last_approved.
+            models.Index(
+                fields=["tool_name", "status", "-decided_at"], name="confirmation_tool_decided"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -275,17 +275,39 @@ def confirmation_queue(
     count only when the page is full.
     """
     pending = ConfirmationRow.objects.filter(
-        _decidable_by(viewer), status=ConfirmationStatus.PENDING.value
+        decidable_by(viewer), status=ConfirmationStatus.PENDING.value
     )
-    rows = list(
-        pending.annotate(
-            run_goal=F("run__goal"),
-            run_subject=F("run__subject"),
-            run_owner=F("run__owner_id"),
-            **{name: F(f"run__{name}") for name in writes.FIELDS.values()},
-        ).order_by("requested_at", "id")[:limit]
-    )
+    rows = list(_with_card_facts(pending).order_by("requested_at", "id")[:limit])
     total = len(rows) if len(rows) < limit else pending.count()
+    return Queue(items=_cards(rows, viewer, registry, observations), total=total)
+
+
+def confirmation_queue_item(
+    *, viewer: Any, registry: ToolRegistry, observations: CitedObservations, confirmation_id: str
+) -> QueueItem | None:
+    """The card of one pending confirmation ``viewer`` may decide (the queue's detail pane),
+    or None when it is not (or no longer) waiting for them. The queries of the queue's, for
+    one row."""
+    pending = ConfirmationRow.objects.filter(
+        decidable_by(viewer), status=ConfirmationStatus.PENDING.value, pk=confirmation_id
+    )
+    rows = list(_with_card_facts(pending))
+    cards = _cards(rows, viewer, registry, observations)
+    return cards[0] if cards else None
+
+
+def _with_card_facts(pending: Any) -> Any:
+    return pending.annotate(
+        run_goal=F("run__goal"),
+        run_subject=F("run__subject"),
+        run_owner=F("run__owner_id"),
+        **{name: F(f"run__{name}") for name in writes.FIELDS.values()},
+    )
+
+
+def _cards(
+    rows: list[Any], viewer: Any, registry: ToolRegistry, observations: CitedObservations
+) -> list[QueueItem]:
     cited: dict[str, set[str]] = {}
     for row in rows:
         cited.setdefault(row.run_id, set()).update(_cited_ids(row.proposal))
@@ -296,14 +318,13 @@ def confirmation_queue(
     approvals: dict[str, list[ConfirmationApproval]] = {}
     for a in ConfirmationApproval.objects.filter(confirmation_id__in=several) if several else ():
         approvals.setdefault(a.confirmation_id, []).append(a)
-    items = [
+    return [
         _queue_item(row, registry, found, viewer=viewer, approvals=approvals.get(row.pk, []))
         for row in rows
     ]
-    return Queue(items=items, total=total)
 
 
-def _decidable_by(viewer: Any) -> Q:
+def decidable_by(viewer: Any) -> Q:
     """The confirmations whose rule lets ``viewer`` decide them, as a filter (the run is the
     viewer's own when they started it or it was started for them: policy.roles.approver_facts)."""
     operator = is_operator(viewer)

@@ -37,6 +37,9 @@ class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=64)
     subject = models.CharField(max_length=128, db_index=True)
     goal = models.TextField()
+    # The run profile it was started from (its name then), "" when none (the API, a scenario):
+    # the confirmation queue filters by it. A label only, never read by a step.
+    profile_name = models.CharField(max_length=63, blank=True, default="")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

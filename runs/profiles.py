@@ -339,4 +339,5 @@ def run_from_profile(
         enqueue=enqueue,
         ctx=ctx,
         profile_policy=policy,
+        profile_name=profile.name,
     )

@@ -67,6 +67,7 @@ def run_create(
     ctx: RunsContext | None = None,
     clock: Clock = SYSTEM_CLOCK,
     profile_policy: ToolPolicy = EMPTY,
+    profile_name: str = "",
 ) -> RunState:
     """Create a run with trusted grants bound to its new id.
 
@@ -124,6 +125,8 @@ def run_create(
             proposals=proposals,
             faults=faults,
         )
+        if profile_name:  # a label beside the run state, in the creating transaction
+            Run.objects.filter(pk=run_id).update(profile_name=profile_name)
         state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
         if enqueue:
             _enqueue_on_commit(run_id, queue)
