@@ -296,7 +296,7 @@ def side_effect_of(registry: ToolRegistry, row: Any) -> str:
 def rows_of(
     rows: Iterable[Any], registry: ToolRegistry, order: str, identical: Mapping[str, int]
 ) -> list[QueueRow]:
-    out = []
+    out: list[QueueRow] = []
     for row in rows:
         effect = side_effect_of(registry, row)
         before = row.approved_hash or ""
@@ -331,7 +331,9 @@ def _choices(viewer: Any) -> dict[str, list[str]]:
         .values_list("tool_name", "run__subject", "run__profile_name")
         .distinct()[: MAX_CHOICES * 10]
     )
-    tools, subjects, profiles = set(), set(), set()
+    tools: set[str] = set()
+    subjects: set[str] = set()
+    profiles: set[str] = set()
     for tool, subject, profile in triples:
         tools.add(tool)
         subjects.add(subject)
@@ -421,7 +423,7 @@ def queue_changes(
         .order_by("requested_at", "id")
         .only("id", "run_id", "tool_name", "tool_version", "requested_at", "cites_untrusted")
     )
-    added = []
+    added: list[dict[str, Any]] = []
     for row in fresh[:LIVE_MAX]:
         effect = side_effect_of(registry, row)
         added.append(

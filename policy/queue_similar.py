@@ -4,11 +4,12 @@ last approved call of the same tool for the same subject, with a diff against it
 
 "Identical" is the same tool and the same exact arguments hash: the proposal hash covers the
 tool's name, version and the canonical arguments, so equal hashes are equal calls. A per-run
-confirmation's hash names only the tool (``queue_list.groupable``) and is never grouped.
+confirmation's hash names only the tool (its card's ``binding`` is "run") and is never grouped.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,8 @@ from django.db.models import F
 from policy.domain.json_diff import Diff, json_diff
 from policy.domain.redaction import shown_arguments
 from policy.models import Confirmation as ConfirmationRow
-from policy.queue_list import APPROVED, groupable, pending_for
+from policy.queue_list import APPROVED, pending_for
+from policy.selectors import QueueItem
 
 MAX_BATCH = 200  # identical proposals decided at once (the page lists each one it sends)
 _TAG = re.compile(r"\[secret:hmac-sha256:[0-9a-f]{12}\]")
@@ -44,19 +46,18 @@ class ApprovedBefore:
     diff: Diff
 
 
-def identical_waiting(*, viewer: Any, confirmation_id: str) -> list[Identical]:
+def identical_waiting(*, viewer: Any, item: QueueItem) -> list[Identical]:
     """The pending proposals ``viewer`` may decide with the same tool and exact arguments hash
-    as ``confirmation_id`` (itself first, then oldest first); empty when it waits alone, is a
-    per-run confirmation, or is not the viewer's to decide. Two queries."""
-    mine = pending_for(viewer).filter(pk=confirmation_id).first()
-    if mine is None or not groupable(mine):
+    as ``item`` (the card shown; itself first, then oldest first); empty when it waits alone
+    or is a per-run confirmation (``item.binding == "run"``). One query."""
+    if item.binding == "run":
         return []
     rows = (
         pending_for(viewer)
         .filter(
-            proposal_hash=mine.proposal_hash,
-            tool_name=mine.tool_name,
-            tool_version=mine.tool_version,
+            proposal_hash=item.proposal_hash,
+            tool_name=item.tool_name,
+            tool_version=item.tool_version,
         )
         .annotate(run_subject=F("run__subject"), run_goal=F("run__goal"))
         .order_by("requested_at", "id")[:MAX_BATCH]
@@ -66,7 +67,7 @@ def identical_waiting(*, viewer: Any, confirmation_id: str) -> list[Identical]:
     ]
     if len(found) < 2:
         return []
-    found.sort(key=lambda i: i.confirmation_id != confirmation_id)
+    found.sort(key=lambda i: i.confirmation_id != item.confirmation_id)
     return found
 
 
@@ -89,38 +90,31 @@ def _arguments(proposal: Any) -> Any:
     return proposal.get("arguments") if isinstance(proposal, dict) else None
 
 
-def approved_before(*, confirmation_id: str) -> ApprovedBefore | None:
-    """The last approved call of this confirmation's tool for its run's subject (approved or
-    approved and used), with a JSON-path diff of its arguments against these, both masked as
-    the card masks them; None when that subject never had one approved. Two queries."""
-    row = (
-        ConfirmationRow.objects.filter(pk=confirmation_id)
-        .annotate(run_subject=F("run__subject"))
-        .values("tool_name", "run_subject", "proposal_hash", "proposal")
-        .first()
-    )
-    if row is None:
-        return None
+def approved_before(*, item: QueueItem) -> ApprovedBefore | None:
+    """The last approved call of ``item``'s tool for its run's subject (approved, or approved
+    and used since), with a JSON-path diff of its arguments against these, both masked as the
+    card masks them (``item.exact``: the shown arguments, secrets already tagged); None when
+    that subject never had one approved. One query."""
     last = (
         ConfirmationRow.objects.filter(
             status__in=APPROVED,
-            tool_name=row["tool_name"],
-            run__subject=row["run_subject"],
+            tool_name=item.tool_name,
+            run__subject=item.subject,
             decided_at__isnull=False,
         )
-        .exclude(pk=confirmation_id)
+        .exclude(pk=item.confirmation_id)
         .select_related("decided_by")
         .order_by("-decided_at", "-id")
         .first()
     )
     if last is None:
         return None
-    diff = json_diff(_masked(_arguments(last.proposal)), _masked(_arguments(row["proposal"])))
+    diff = json_diff(_masked(_arguments(last.proposal)), _untag(json.loads(item.exact)))
     return ApprovedBefore(
         confirmation_id=last.pk,
         run_id=last.run_id,
         decided_at=last.decided_at,
         decided_by=last.decided_by.get_username() if last.decided_by else "",
-        same=last.proposal_hash == row["proposal_hash"],
+        same=last.proposal_hash == item.proposal_hash,
         diff=diff,
     )

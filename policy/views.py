@@ -28,6 +28,7 @@ from agentconsole import wiring
 from policy import queue_list, queue_similar
 from policy import selectors as policy_selectors
 from policy.domain.errors import DomainError, NotFound
+from policy.domain.registry import ToolRegistry
 from policy.pages import domain_errors, page_error, role_required
 from policy.roles import is_operator
 from policy.status import domain_status
@@ -45,11 +46,13 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(required=False, max_length=MAX_DECISION_REASON)
 
 
-def _detail(request: HttpRequest, confirmation_id: str, back: str) -> dict[str, Any]:
+def _detail(
+    request: HttpRequest, confirmation_id: str, back: str, registry: ToolRegistry
+) -> dict[str, Any]:
     """The detail pane of one item: its card, the identical proposals, the approved before."""
     card = policy_selectors.confirmation_queue_item(
         viewer=request.user,
-        registry=wiring.registry(),
+        registry=registry,
         observations=run_selectors.cited_observations,
         confirmation_id=confirmation_id,
     )
@@ -57,10 +60,8 @@ def _detail(request: HttpRequest, confirmation_id: str, back: str) -> dict[str, 
         return {"cards": [], "gone": confirmation_id, "back": back}
     return {
         "cards": [card],
-        "identical": queue_similar.identical_waiting(
-            viewer=request.user, confirmation_id=confirmation_id
-        ),
-        "before": queue_similar.approved_before(confirmation_id=confirmation_id),
+        "identical": queue_similar.identical_waiting(viewer=request.user, item=card),
+        "before": queue_similar.approved_before(item=card),
         "back": back,
         "reason_max": MAX_DECISION_REASON,
     }
@@ -75,8 +76,9 @@ def _queue(
         filters = queue_list.queue_filters(request.GET)
     except DomainError as exc:
         return page_error(request, exc)
+    registry = wiring.registry()
     page = queue_list.queue_page(
-        viewer=request.user, registry=wiring.registry(), filters=filters, now=timezone.now()
+        viewer=request.user, registry=registry, filters=filters, now=timezone.now()
     )
     chosen = str(request.GET.get("item") or "")[:128]
     listed = [r.confirmation_id for r in page.rows]
@@ -95,7 +97,7 @@ def _queue(
         "side_effects": queue_list.SIDE_EFFECTS,
         "ages": list(queue_list.AGES),
         "reason_max": MAX_DECISION_REASON,
-        **(_detail(request, selected, back) if selected else {}),
+        **(_detail(request, selected, back, registry) if selected else {}),
     }
     status = domain_status(error) if error is not None else 200
     return render(request, QUEUE, context, status=status)
@@ -132,7 +134,8 @@ def queue_rows(request: HttpRequest) -> HttpResponse:
 def queue_detail(request: HttpRequest, confirmation_id: str) -> HttpResponse:
     """The detail pane of one item, for the list to show beside it without a reload."""
     filters = queue_list.queue_filters(request.GET)
-    context = _detail(request, confirmation_id, filters.query(page=filters.page))
+    back = filters.query(page=filters.page)
+    context = _detail(request, confirmation_id, back, wiring.registry())
     return render(request, "console/confirmations/_detail.html", context)
 
 

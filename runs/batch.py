@@ -59,7 +59,7 @@ def _checked(ids: Sequence[str], shown_hash: str) -> dict[str, str]:
     rows = ConfirmationRow.objects.filter(pk__in=wanted).values_list(
         "pk", "run_id", "tool_name", "tool_version", "hash_scheme"
     )
-    runs = {}
+    runs: dict[str, str] = {}
     for pk, run_id, tool, version, scheme in rows:
         # A per-run confirmation's hash is the tool's in every run: equal hashes prove nothing
         # about the calls, so it is decided alone, where its card says what it binds.
@@ -99,7 +99,7 @@ def confirmations_decide_batch(
     if not approved and not reason.strip():
         raise DomainError("Say why you decline them.", code=services.REASON_REQUIRED)
     runs = _checked(confirmation_ids, shown_hash)
-    outcomes = []
+    outcomes: list[BatchOutcome] = []
     for cid in confirmation_ids:
         if cid not in runs:
             outcomes.append(

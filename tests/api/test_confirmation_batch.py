@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from agentconsole import wiring
 from policy import queue_similar
 from policy.domain.canonical import per_run_confirmation_hash
 from policy.models import Confirmation
+from policy.selectors import QueueItem, confirmation_queue_item
 from runs import models as m
+from runs import selectors as run_selectors
 from tests.api import api_kit as kit
 from tests.support.queue_builders import pending, waiting
 
@@ -36,6 +39,21 @@ def batch(persona: kit.Persona, items: list[kit.Waiting], decision: str, **more:
     return persona.client.post(BATCH, body, format="json")
 
 
+def card(viewer: Any, confirmation_id: str) -> QueueItem:
+    item = confirmation_queue_item(
+        viewer=viewer,
+        registry=wiring.registry(),
+        observations=run_selectors.cited_observations,
+        confirmation_id=confirmation_id,
+    )
+    assert item is not None
+    return item
+
+
+def before(confirmation_id: str, viewer: Any) -> Any:
+    return queue_similar.approved_before(item=card(viewer, confirmation_id))
+
+
 def status_of(w: kit.Waiting) -> str:
     return kit.confirmation_row(w.confirmation_id).status
 
@@ -46,7 +64,7 @@ def test_identical_proposals_share_a_hash_and_are_found_together(people: kit.Peo
     other = waiting(people.alice.user, value="en")
     assert a1.proposal_hash == a2.proposal_hash == b1.proposal_hash != other.proposal_hash
     found = queue_similar.identical_waiting(
-        viewer=people.operator.user, confirmation_id=a2.confirmation_id
+        viewer=people.operator.user, item=card(people.operator.user, a2.confirmation_id)
     )
     assert next(i.confirmation_id for i in found) == a2.confirmation_id
     assert {i.confirmation_id for i in found} == {
@@ -54,7 +72,7 @@ def test_identical_proposals_share_a_hash_and_are_found_together(people: kit.Peo
     }  # fmt: skip
     assert (
         queue_similar.identical_waiting(
-            viewer=people.operator.user, confirmation_id=other.confirmation_id
+            viewer=people.operator.user, item=card(people.operator.user, other.confirmation_id)
         )
         == []
     )
@@ -68,7 +86,7 @@ def test_approve_all_records_each_run_on_its_own(people: kit.People) -> None:
     for w in items:
         assert status_of(w) == "approved"
         (event,) = kit.events_of(w.run_id, "confirmation.decided")
-        assert event.details["approved"] is True
+        assert event.details["decision"] == "approved"
         assert m.Run.objects.get(pk=w.run_id).status == "running"
 
 
@@ -182,25 +200,25 @@ def test_the_console_batch_form_reports_each_refusal(people: kit.People) -> None
 
 def test_same_as_approved_before_and_the_diff_against_it(people: kit.People) -> None:
     first = waiting(people.alice.user)
-    assert queue_similar.approved_before(confirmation_id=first.confirmation_id) is None
+    assert before(first.confirmation_id, people.operator.user) is None
     kit.assert_ok(batch(people.operator, [first], "approve"))
     again = waiting(people.alice.user)
     other = waiting(people.alice.user, value="en")
     bobs = waiting(people.bob.user)
-    same = queue_similar.approved_before(confirmation_id=again.confirmation_id)
+    same = before(again.confirmation_id, people.operator.user)
     assert same is not None
     assert same.same
     assert same.diff.same
     assert same.confirmation_id == first.confirmation_id
     assert same.decided_by == "operator"
-    changed = queue_similar.approved_before(confirmation_id=other.confirmation_id)
+    changed = before(other.confirmation_id, people.operator.user)
     assert changed is not None
     assert not changed.same
     assert [(c.path, c.kind, c.before, c.after) for c in changed.diff.changes] == [
         ("$.value", "changed", '"zh-CN"', '"en"')
     ]
     # Another subject: nothing approved for bob yet.
-    assert queue_similar.approved_before(confirmation_id=bobs.confirmation_id) is None
+    assert before(bobs.confirmation_id, people.operator.user) is None
     client = Client()
     client.force_login(people.operator.user)
     page = client.get("/confirmations/", {"item": other.confirmation_id}).content.decode()
@@ -218,9 +236,9 @@ def test_the_diff_masks_secrets_as_the_card_does(people: kit.People) -> None:
         status="approved", decided_at=old.requested_at, decided_by=people.operator.user
     )
     new = pending(alice, arguments={"key": "answer_language", "value": secret})
-    before = queue_similar.approved_before(confirmation_id=new.pk)
-    assert before is not None
-    (change,) = before.diff.changes
+    found = before(new.pk, people.operator.user)
+    assert found is not None
+    (change,) = found.diff.changes
     assert change.path == "$.value"
     assert secret not in change.after
     assert "[masked secret]" in change.after

@@ -20,8 +20,10 @@ from django.utils import timezone
 from agentconsole import wiring
 from policy import queue_list
 from policy.domain.errors import DomainError
+from policy.domain.registry import ToolRegistry
 from runs import models as m
 from runs import profiles
+from runs.tools import demo_notice
 from tests.api import api_kit as kit
 from tests.support.queue_builders import pending
 
@@ -35,16 +37,28 @@ def fast_passwords(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def no_run_limits(settings: Any) -> None:
+    """A hundred waiting runs of one subject, made in a second: limits off for the set-up."""
+    settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = 0
+    settings.AGENTCONSOLE_RUN_CREATE_RATE = ""
+
+
 @pytest.fixture
 def people() -> kit.People:
     kit.ensure_roles()
     return kit.People()
 
 
+# The built-in tools and the demo's irreversible publish_notice (registered only with DEBUG on):
+# a tool of each side-effect class.
+REGISTRY = ToolRegistry([*wiring.builtin_contracts(), demo_notice.contract()])
+
+
 def page_of(viewer: Any, **params: str) -> queue_list.QueuePage:
     return queue_list.queue_page(
         viewer=viewer,
-        registry=wiring.registry(),
+        registry=REGISTRY,
         filters=queue_list.queue_filters(params),
         now=timezone.now(),
     )
