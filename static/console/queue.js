@@ -19,6 +19,7 @@
   var hovered = null;
   var send = null;
   var later = 0;
+  var toastTimer = null;
 
   function list() { return document.querySelector("[data-q-rows]"); }
   function card() { return document.querySelector("[data-q-detail] [data-confirmation-id]"); }
@@ -198,6 +199,8 @@
     if (!el) return;
     el.textContent = text; // a toast: fixed at the bottom, it moves no row
     el.hidden = !text;
+    clearTimeout(toastTimer);
+    if (text) toastTimer = setTimeout(function () { el.hidden = true; }, 15000);
   }
 
   function watch() {
@@ -229,11 +232,13 @@
       var row = document.querySelector('[data-q-row="' + CSS.escape(item.id) + '"]');
       if (!row) return;
       if (atOrAbove(row)) {
+        // Struck out in place at its own height: the note takes the line the run and age had.
+        row.style.height = row.getBoundingClientRect().height + "px"; // CSSOM: allowed by CSP
         row.classList.add("is-gone");
         var span = document.createElement("span");
         span.className = "q-row-gone-note";
         span.textContent = item.note;
-        row.appendChild(span);
+        row.querySelector("[data-q-open]").appendChild(span);
         deferred.push(function () { row.remove(); });
       } else {
         row.remove();
@@ -291,6 +296,10 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     refresh();
+    // On a phone the filters fold away (their summary says when some are set); open without
+    // JS, so nothing is out of reach.
+    var box = document.querySelector("[data-q-filter-box]");
+    if (box && !wide()) box.open = false;
     var hint = document.querySelector("[data-q-keys]");
     if (hint && rows.length) hint.hidden = false;
     var el = list();

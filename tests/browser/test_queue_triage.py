@@ -13,7 +13,7 @@ queue-detail-*.png."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -41,18 +41,46 @@ for i in range({n}):
         planner=planner, limits=RunLimits.off())
     state = services.run_advance(run_id=state.run_id)
     assert state.status.value == "waiting_confirmation", state.status
-    print(state.run_id)
+    print("WAITING", state.run_id)
 """
 
 
 def make_waiting(
-    console: Console, subject: str, n: int, *, goal: str = "triage", same: bool = False
+    console: Console,
+    subject: str,
+    n: int,
+    made: list[str],
+    *,
+    goal: str = "triage",
+    same: bool = False,
 ) -> list[str]:
     """``n`` runs for ``subject`` waiting on save_preference; ``same``: identical arguments
     (one proposal hash for all), else each its own value. Their run ids, oldest first."""
     value = f"en-b{uuid.uuid4().hex[:4]}"
     code = MAKE.format(n=n, value=value, same=same, subject=subject, goal=goal)
-    return console.manage("shell", "-c", code).split()
+    out = console.manage("shell", "-c", code).splitlines()
+    runs = [line.split()[1] for line in out if line.startswith("WAITING ")]
+    made.extend(runs)
+    return runs
+
+
+CANCEL = """
+from runs import services
+from runs.models import Run
+for run_id in {runs!r}:
+    if Run.objects.filter(pk=run_id, status="waiting_confirmation").exists():
+        services.run_cancel(run_id=run_id, by="test", reason="test over")
+"""
+
+
+@pytest.fixture
+def made(console: Console) -> Iterator[list[str]]:
+    """The runs a test made; those still waiting are cancelled after it (their confirmations
+    expire), so the tests after it find the queue as they would have."""
+    runs: list[str] = []
+    yield runs
+    if runs:
+        console.manage("shell", "-c", CANCEL.format(runs=runs))
 
 
 def decide_elsewhere(console: Console, run_id: str, action: str = "approve") -> None:
@@ -76,16 +104,16 @@ def row(page: Any, run_id: str) -> Any:
 
 
 def test_the_list_updates_live_and_never_under_the_pointer(
-    new_page: Callable[..., Any], console: Console
+    new_page: Callable[..., Any], console: Console, made: list[str]
 ) -> None:
     subject = f"live{uuid.uuid4().hex[:6]}"
-    first, second, third = make_waiting(console, subject, 3, goal="Live list")
+    first, second, third = make_waiting(console, subject, 3, made, goal="Live list")
     page = open_list(new_page, f"subject={subject}")
     page.wait_for_selector("[data-live-status]:has-text('live')")
     assert row_ids(page) == [first, second, third]
 
     # A new item arrives (made elsewhere): its row appears at the end, marked, with a note.
-    (fourth,) = make_waiting(console, subject, 1, goal="Live arrival")
+    (fourth,) = make_waiting(console, subject, 1, made, goal="Live arrival")
     row(page, fourth).wait_for()
     assert row_ids(page) == [first, second, third, fourth]
     assert "is-new" in (row(page, fourth).get_attribute("class") or "")
@@ -119,10 +147,10 @@ def test_the_list_updates_live_and_never_under_the_pointer(
 
 
 def test_identical_proposals_are_approved_together_with_a_partial_refusal(
-    new_page: Callable[..., Any], console: Console
+    new_page: Callable[..., Any], console: Console, made: list[str]
 ) -> None:
     subject = f"batch{uuid.uuid4().hex[:6]}"
-    runs = make_waiting(console, subject, 3, goal="Identical", same=True)
+    runs = make_waiting(console, subject, 3, made, goal="Identical", same=True)
     page = open_list(new_page, f"subject={subject}")
     for run_id in runs:
         assert "identical in 3 runs" in row(page, run_id).inner_text()
@@ -159,10 +187,10 @@ def _decided(console: Console, runs: list[str]) -> list[dict[str, Any]]:
 
 
 def test_filters_search_and_paging_past_a_hundred(
-    new_page: Callable[..., Any], console: Console
+    new_page: Callable[..., Any], console: Console, made: list[str]
 ) -> None:
     subject = f"page{uuid.uuid4().hex[:6]}"
-    runs = make_waiting(console, subject, 105, goal="Paging")
+    runs = make_waiting(console, subject, 105, made, goal="Paging")
     page = open_list(new_page, f"subject={subject}")
     assert len(row_ids(page)) == 100
     assert "page 1 of 2" in page.locator(".q-pager").inner_text()
@@ -188,10 +216,10 @@ def test_filters_search_and_paging_past_a_hundred(
 
 
 def test_on_a_phone_the_list_then_the_item_on_its_own(
-    new_page: Callable[..., Any], console: Console
+    new_page: Callable[..., Any], console: Console, made: list[str]
 ) -> None:
     subject = f"phone{uuid.uuid4().hex[:6]}"
-    runs = make_waiting(console, subject, 3, goal="Phone", same=True)
+    runs = make_waiting(console, subject, 3, made, goal="Phone", same=True)
     page = open_list(new_page, f"subject={subject}", viewport=PHONE)
     assert not page.locator("[data-q-detail]").is_visible()
     assert row(page, runs[0]).is_visible()
