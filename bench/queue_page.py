@@ -106,7 +106,7 @@ def bench_console_queue_ms(ctx: Context, *, reps: int = 30, warm: int = 3) -> di
                 "bytes": len(response.content),
             }
     finally:
-        Confirmation.objects.filter(run_id__startswith=f"bench-q-{tag}-").delete()
+        Confirmation.objects.filter(run__id__startswith=f"bench-q-{tag}-").delete()
         m.Run.objects.filter(id__startswith=f"bench-q-{tag}-").delete()
         connections.close_all()
     how = (

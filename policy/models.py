@@ -94,7 +94,8 @@ class Confirmation(models.Model):
             ),
             # Identical proposals waiting in several runs: pending with one hash (queue_list).
             models.Index(fields=["status", "proposal_hash"], name="confirmation_pending_hash"),
-            # The last approved call of a tool (for a subject): queue_list.last_approved.
+            # The last approved call of a tool for a subject: queue_list.approved_hashes,
+            # queue_similar.approved_before.
             models.Index(
                 fields=["tool_name", "status", "-decided_at"], name="confirmation_tool_decided"
             ),

@@ -10,8 +10,8 @@ already narrows to what waits. Paging is by offset: the pending set is small (th
 millions) and the risk-first order has no single indexed key to seek on.
 
 A page is a fixed number of queries whatever its size (``queue_page``): the rows joined to
-their run, with the last approved call of the same tool for the same subject as two
-subqueries; the count; the identical proposals of the page's hashes; the filter choices.
+their run; the count; the identical proposals of the page's hashes; the last approved call of
+the same tool for the same subject, per row of the page; the filter choices.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from django.db.models import (
     Count,
     F,
     IntegerField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
     Value,
     When,
+    Window,
 )
+from django.db.models.functions import RowNumber
 
 from policy.domain.canonical import per_run_confirmation_hash
 from policy.domain.confirmations import ConfirmationStatus
@@ -212,6 +212,7 @@ class QueueRow:
     # "changed": it had others (the card shows the diff); "": none approved before.
     approved_before: str
     identical: int  # pending with the same tool and exact arguments hash (this one included)
+    age: str  # how long it has waited, short ("4 min", "2 h", "3 d")
     sort_key: str  # the page's order as a string: the live list inserts new rows by it
 
 
@@ -236,26 +237,46 @@ class QueuePage:
         return (self.filters.page - 1) * PAGE_SIZE + len(self.rows)
 
 
-def last_approved(outer: str = "") -> QuerySet[ConfirmationRow]:
-    """The approved calls of the outer row's tool for its run's subject, the latest first
-    (index ``confirmation_tool_decided``)."""
-    return ConfirmationRow.objects.filter(
-        status__in=APPROVED,
-        tool_name=OuterRef(f"{outer}tool_name"),
-        run__subject=OuterRef(f"{outer}run__subject"),
-        decided_at__isnull=False,
-    ).order_by("-decided_at", "-id")
+ROW_COLUMNS = ("id", "run_id", "tool_name", "tool_version", "proposal_hash", "hash_scheme",
+               "requested_at", "cites_untrusted")  # fmt: skip
 
 
 def with_row_facts(qs: QuerySet[ConfirmationRow]) -> QuerySet[ConfirmationRow]:
-    """The columns a list row shows, in the rows' one query."""
-    before = last_approved()
-    return qs.annotate(
+    """The columns a list row shows, in the rows' one query (not the proposal: the card
+    reads it, for one row)."""
+    return qs.only(*ROW_COLUMNS).annotate(
         run_goal=F("run__goal"),
         run_subject=F("run__subject"),
         run_profile=F("run__profile_name"),
-        approved_hash=Subquery(before.values("proposal_hash")[:1]),
     )
+
+
+def approved_hashes(rows: Iterable[Any]) -> dict[tuple[str, str], str]:
+    """The hash of the last approved call of each row's tool for its subject, by (tool,
+    subject): one query for the page, the latest per pair picked by a window (a correlated
+    subquery per row cost a scan of the tool's history each, and ran for every row sorted or
+    skipped)."""
+    pairs = {(r.tool_name, r.run_subject) for r in rows}
+    if not pairs:
+        return {}
+    latest = (
+        ConfirmationRow.objects.filter(
+            status__in=APPROVED,
+            tool_name__in={t for t, _ in pairs},
+            run__subject__in={s for _, s in pairs},
+            decided_at__isnull=False,
+        )
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=[F("tool_name"), F("run__subject")],
+                order_by=[F("decided_at").desc(), F("id").desc()],
+            )
+        )
+        .filter(rank=1)
+        .values_list("tool_name", "run__subject", "proposal_hash")
+    )
+    return {(t, s): h for t, s, h in latest if (t, s) in pairs}
 
 
 def identical_counts(viewer: Any, hashes: Iterable[tuple[str, str]]) -> dict[str, int]:
@@ -293,13 +314,27 @@ def side_effect_of(registry: ToolRegistry, row: Any) -> str:
     return contract.side_effect.value if contract else "unknown"
 
 
+def age_text(waited: timedelta) -> str:
+    minutes = int(waited.total_seconds() // 60)
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{minutes // 60} h" if minutes < 48 * 60 else f"{minutes // (24 * 60)} d"
+
+
 def rows_of(
-    rows: Iterable[Any], registry: ToolRegistry, order: str, identical: Mapping[str, int]
+    rows: Iterable[Any],
+    registry: ToolRegistry,
+    order: str,
+    identical: Mapping[str, int],
+    approved: Mapping[tuple[str, str], str],
+    now: datetime,
 ) -> list[QueueRow]:
     out: list[QueueRow] = []
     for row in rows:
         effect = side_effect_of(registry, row)
-        before = row.approved_hash or ""
+        before = approved.get((row.tool_name, row.run_subject), "")
         out.append(
             QueueRow(
                 confirmation_id=row.pk,
@@ -319,6 +354,7 @@ def rows_of(
                 if groupable(row)
                 else 1,
                 sort_key=sort_key(row, order, effect),
+                age=age_text(now - row.requested_at),
             )
         )
     return out
@@ -350,15 +386,16 @@ def queue_page(
     *, viewer: Any, registry: ToolRegistry, filters: QueueFilters, now: datetime
 ) -> QueuePage:
     """One page of the viewer's queue under ``filters`` (PAGE_SIZE rows), with its counts and
-    the filter menus: five queries whatever the page's or the queue's size."""
+    the filter menus: six queries at most whatever the page's or the queue's size."""
     qs = filtered(viewer, registry, filters, now=now)
     start = (filters.page - 1) * PAGE_SIZE
     rows = list(with_row_facts(qs)[start : start + PAGE_SIZE])
     total = qs.count() if (rows and len(rows) == PAGE_SIZE) or start else start + len(rows)
     all_pending = total if not filters.active else pending_for(viewer).count()
     identical = identical_counts(viewer, [(r.tool_name, r.proposal_hash) for r in rows])
+    approved = approved_hashes(rows)
     return QueuePage(
-        rows=rows_of(rows, registry, filters.order, identical),
+        rows=rows_of(rows, registry, filters.order, identical, approved, now),
         total=total,
         all_pending=all_pending,
         filters=filters,
@@ -375,7 +412,7 @@ def queue_rows(
     qs = filtered(viewer, registry, filters, now=now).filter(pk__in=wanted)
     rows = list(with_row_facts(qs))
     identical = identical_counts(viewer, [(r.tool_name, r.proposal_hash) for r in rows])
-    return rows_of(rows, registry, filters.order, identical)
+    return rows_of(rows, registry, filters.order, identical, approved_hashes(rows), now)
 
 
 LIVE_MAX = 50  # rows announced in one frame; more wait for the next push

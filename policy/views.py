@@ -90,6 +90,7 @@ def _queue(
         "filters": filters,
         "back": back,
         "base_query": filters.query(page=1),
+        "queue_url": reverse("confirmation-queue"),
         "selected": selected,
         "chosen": bool(chosen),
         "error": error,
@@ -124,7 +125,12 @@ def queue_rows(request: HttpRequest) -> HttpResponse:
         ids=request.GET.getlist("id"),
         now=timezone.now(),
     )
-    context = {"rows": rows, "back": filters.query(page=filters.page), "selected": ""}
+    context = {
+        "rows": rows,
+        "back": filters.query(page=filters.page),
+        "selected": "",
+        "queue_url": reverse("confirmation-queue"),
+    }
     return render(request, "console/confirmations/_rows.html", context)
 
 
