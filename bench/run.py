@@ -65,9 +65,8 @@ def main() -> int:
 
         # peer: LangGraph beside us (the optional `bench` extra; says so when it is missing).
         benches = [core.bench_gate, provenance.bench_provenance, core.bench_persisted_steps,
-                   core.bench_step_growth,
-                   peer.bench_langgraph_peer, telemetry.bench_otel_overhead,
-                   queue_page.bench_console_queue_ms]  # fmt: skip
+                   core.bench_step_growth, peer.bench_langgraph_peer,
+                   telemetry.bench_otel_overhead, queue_page.bench_console_queue_ms]  # fmt: skip
         try:
             from bench import console, live, runs_in_flight
 

@@ -55,8 +55,10 @@ from runs.socket_guard import (
     PERMISSION_DENIED,
     GuardedSocket,
     Verdict,
+    _open_clients,
     checks_started,
 )
+from runs.socket_guard import open_clients as open_clients  # the gauge, read where it was
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
 # worker's ring never reaches the web process, so it is the delivery path: keep it short.
@@ -66,14 +68,6 @@ BATCH = 200
 # Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API. 4401 and
 # 4403 also end an open socket (runs/socket_guard.py).
 NOT_FOUND, BAD_REQUEST = 4404, 4400
-
-# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
-# One event loop per daphne process runs every consumer, so plain integers need no lock.
-_open_clients = {"trace": 0, "console": 0}
-
-
-def open_clients() -> dict[str, int]:
-    return dict(_open_clients)
 
 
 def _after(scope: dict[str, Any]) -> int | None:

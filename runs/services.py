@@ -69,13 +69,10 @@ def run_create(
     profile_policy: ToolPolicy = EMPTY,
     profile_name: str = "",
 ) -> RunState:
-    """Create a run with trusted grants bound to its new id.
-
-    Grants come from the caller (an operator, a scenario file), never from a planner output.
-    Scenario confirmations are bound to the hash of the proposal they name. The run records
-    its effective tool policy now: the deployment's joined with ``profile_policy`` (its
-    profile's, already checked to only tighten), so a later edit of either changes no run.
-    """
+    """Create a run with trusted grants (from an operator or a scenario file, never a planner)
+    bound to its new id; scenario confirmations bound to the hash of the proposal they name.
+    The run records its effective tool policy now (the deployment's joined with its profile's
+    ``profile_policy``, which only tightens) and ``profile_name``: later edits change no run."""
     # Secrets in the goal and the planner configuration are masked before anything is stored
     # (issue 9 item 12), except a fixture planner's scripted outputs: they are the planner's
     # proposals, and a tool runs what was proposed (issue 21 item 1); only the runner reads

@@ -40,6 +40,16 @@ async def _until(comm: WebsocketCommunicator, kind: str, timeout: float = 10) ->
         assert frame["type"] == "queues", frame
 
 
+async def _watching(headers: Any, query: str = "") -> WebsocketCommunicator:
+    """A console socket past its first counts frame, watching the queue under ``query``."""
+    comm = WebsocketCommunicator(application, "/ws/console/", headers=headers)
+    assert (await comm.connect(timeout=5))[0]
+    await _until(comm, "queues")
+    since = timezone.now().isoformat()
+    await comm.send_json_to({"type": "queue.watch", "query": query, "shown": [], "since": since})
+    return comm
+
+
 def _pending() -> Confirmation:
     return Confirmation.objects.filter(status="pending").latest("requested_at")
 
@@ -55,13 +65,9 @@ def test_a_new_item_arrives_and_a_decided_one_leaves_saying_by_whom(personas):
     operator, alice = personas["operator"], personas["alice"]
     other = make_user("operator2", "operator")
     headers = _headers(operator)
-    since = timezone.now().isoformat()
 
     async def scenario():
-        comm = WebsocketCommunicator(application, "/ws/console/", headers=headers)
-        assert (await comm.connect(timeout=5))[0]
-        await _until(comm, "queues")
-        await comm.send_json_to({"type": "queue.watch", "query": "", "shown": [], "since": since})
+        comm = await _watching(headers)
         await sync_to_async(_waiting_run)(alice)
         row = await sync_to_async(_pending)()
         added = await _until(comm, "queue.added")
@@ -87,14 +93,9 @@ def test_a_new_item_arrives_and_a_decided_one_leaves_saying_by_whom(personas):
 def test_an_item_outside_the_filters_is_not_announced(personas):
     operator, alice = personas["operator"], personas["alice"]
     headers = _headers(operator)
-    since = timezone.now().isoformat()
 
     async def scenario():
-        comm = WebsocketCommunicator(application, "/ws/console/", headers=headers)
-        assert (await comm.connect(timeout=5))[0]
-        await _until(comm, "queues")
-        watch = {"type": "queue.watch", "query": "tool=publish_notice", "shown": [], "since": since}
-        await comm.send_json_to(watch)
+        comm = await _watching(headers, "tool=publish_notice")
         await sync_to_async(_waiting_run)(alice)
         counts = await _until(comm, "queues")
         assert counts["pending_confirmations"] == 1
