@@ -362,7 +362,7 @@ def test_the_queue_reads_in_a_fixed_number_of_queries(people: kit.People) -> Non
     assert page.count("data-q-row=") == 6
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
     # session, user, roles; the tool registry's MCP catalog stamp (wiring.registry); the list
-    # (rows, identical groups, the last approved hash per tool and subject, filter menus); the detail pane (the
-    # card: the confirmation joined to its run, its cited observations; the identical
-    # proposals; the last approved call)
+    # (rows, identical groups, the last approved hash per tool and subject, filter menus); the
+    # detail pane (the card: the confirmation joined to its run, its cited observations; the
+    # identical proposals; the last approved call)
     assert len(one) == QUERIES, [q["sql"] for q in one.captured_queries]
