@@ -203,6 +203,18 @@ ROUTES = [
     ),
     _decide("approve"),
     _decide("decline"),
+    Route(
+        "POST confirmations batch",
+        lambda p, w: p.post(
+            "/api/confirmations/batch/",
+            {
+                "proposal_hash": w.run.proposal_hash,
+                "confirmation_ids": [w.run.confirmation_id],
+                "decision": "approve",
+            },
+        ),
+        OPERATORS(OK),
+    ),
     Route("GET handoffs", lambda p, w: p.get("/api/handoffs/"), STAFF_READ),
     Route(
         "GET handoff",
@@ -322,7 +334,7 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-schema", "api-docs", "api-token", "api-runs", "api-run", "api-run-cancel",
         "api-run-events", "api-run-observations", "api-run-ledger", "api-run-grants",
         "api-confirmations", "api-confirmation", "api-confirmation-approve",
-        "api-confirmation-decline", "api-handoffs", "api-handoff", "api-handoff-claim",
+        "api-confirmation-decline", "api-confirmation-batch", "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",
         "api-pref-apply", "api-pref-history", "api-pref-export", "api-pref-erase",
         "api-pref-revoke", "api-profiles", "api-mcp-servers", "api-mcp-server",
