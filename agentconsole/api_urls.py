@@ -105,6 +105,12 @@ urlpatterns = [
     path("runs/<str:run_id>/ledger/", runs_api.RunLedger.as_view(), name="api-run-ledger"),
     path("runs/<str:run_id>/grants/", runs_api.RunGrants.as_view(), name="api-run-grants"),
     path("confirmations/", policy_api.ConfirmationList.as_view(), name="api-confirmations"),
+    # Before "confirmations/<id>/": "batch" is no confirmation id.
+    path(
+        "confirmations/batch/",
+        policy_api.ConfirmationBatch.as_view(),
+        name="api-confirmation-batch",
+    ),
     path(
         "confirmations/<str:confirmation_id>/",
         policy_api.ConfirmationDetail.as_view(),

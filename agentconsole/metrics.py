@@ -50,8 +50,8 @@ from agentconsole.auth import ExpiringTokenAuthentication
 from agentconsole.celery import app as celery_app
 from policy.models import Confirmation
 from policy.roles import is_operator
-from runs import consumers
 from runs import models as m
+from runs import socket_guard
 from runs.calls import records as calls_records
 from runs.domain.handoff import HandoffStatus
 from runs.domain.state import RunState
@@ -196,7 +196,7 @@ class StateCollector(Collector):
             "Open websockets of this web process, by kind.",
             labels=["kind"],
         )
-        for kind, n in sorted(consumers.open_clients().items()):
+        for kind, n in sorted(socket_guard.open_clients().items()):
             clients.add_metric([kind], n)
         yield clients
 

@@ -61,12 +61,12 @@ def main() -> int:
     try:
         call_command("migrate", verbosity=0)
         ctx.vendor = connection.vendor
-        from bench import core, peer, provenance, telemetry
+        from bench import core, peer, provenance, queue_page, telemetry
 
         # peer: LangGraph beside us (the optional `bench` extra; says so when it is missing).
         benches = [core.bench_gate, provenance.bench_provenance, core.bench_persisted_steps,
-                   core.bench_step_growth,
-                   peer.bench_langgraph_peer, telemetry.bench_otel_overhead]  # fmt: skip
+                   core.bench_step_growth, peer.bench_langgraph_peer,
+                   telemetry.bench_otel_overhead, queue_page.bench_console_queue_ms]  # fmt: skip
         try:
             from bench import console, live, runs_in_flight
 

@@ -25,6 +25,7 @@ from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, ConfirmationApproval
 from policy.roles import is_operator, is_reviewer
 from runs import answers as run_answers
+from runs import batch as run_batch
 from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.domain.lifecycle import MAX_DECISION_REASON
@@ -228,4 +229,60 @@ class ConfirmationRespond(APIView):
         )
         return Response(
             ConfirmationOut(_confirmations_visible(request.user).get(pk=confirmation_id)).data
+        )
+
+
+class BatchIn(StrictSerializer):
+    proposal_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    confirmation_ids = serializers.ListField(
+        child=serializers.CharField(max_length=128),
+        min_length=1,
+        max_length=run_batch.MAX_BATCH,
+    )
+    decision = serializers.ChoiceField(choices=["approve", "decline"])
+    reason = serializers.CharField(allow_blank=True, max_length=MAX_DECISION_REASON, default="")
+
+
+class BatchOutcomeOut(serializers.Serializer):
+    confirmation_id = serializers.CharField()
+    run_id = serializers.CharField(allow_null=True)
+    outcome = serializers.ChoiceField(
+        choices=["approved", "declined", "approval_recorded", "refused"]
+    )
+    code = serializers.CharField(allow_blank=True)
+    message = serializers.CharField(allow_blank=True)
+
+
+class BatchOut(serializers.Serializer):
+    decided = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    results = BatchOutcomeOut(many=True)
+
+
+class ConfirmationBatch(APIView):
+    """Identical proposals (one tool, one exact arguments hash) waiting in several runs, decided
+    together: each one through the single decision (its hash check, its approver rule, its own
+    transaction). 200 with every outcome when at least one was decided; 409
+    BATCH_NOTHING_DECIDED when none was (the outcomes in ``extra.results``)."""
+
+    @extend_schema(request=BatchIn, responses={200: BatchOut})
+    def post(self, request: Request) -> Response:
+        if not is_operator(request.user):
+            raise PermissionDenied("only operators decide confirmations in a batch")
+        data = validated(BatchIn, request.data)
+        outcomes = run_batch.confirmations_decide_batch(
+            confirmation_ids=data["confirmation_ids"],
+            approved=data["decision"] == "approve",
+            shown_hash=data["proposal_hash"],
+            by=request.user,
+            reason=data["reason"],
+            enqueue=True,
+            ctx=wiring.context(),
+        )
+        results = [BatchOutcomeOut(o).data for o in outcomes]
+        refused = sum(1 for o in outcomes if o.refused)
+        if refused == len(outcomes):
+            raise run_batch.NothingDecided("None of them was decided.", results=results)
+        return Response(
+            {"decided": len(outcomes) - refused, "refused": refused, "results": results}
         )

@@ -96,6 +96,17 @@ class Confirmation(models.Model):
             # The runs list's tool filter: runs with a proposal of this tool that asked for a
             # confirmation (``policy.selectors.runs_with_tool_confirmations``).
             models.Index(fields=["tool_name", "run"], name="confirmation_tool_run"),
+            # The queue filtered by tool (``?tool=``), oldest first (policy.queue_list).
+            models.Index(
+                fields=["status", "tool_name", "requested_at"], name="confirmation_pending_tool"
+            ),
+            # Identical proposals waiting in several runs: pending with one hash (queue_list).
+            models.Index(fields=["status", "proposal_hash"], name="confirmation_pending_hash"),
+            # The last approved call of a tool for a subject: queue_list.approved_hashes,
+            # queue_similar.approved_before.
+            models.Index(
+                fields=["tool_name", "status", "-decided_at"], name="confirmation_tool_decided"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -295,17 +295,48 @@ def confirmation_queue(
     the page is full.
     """
     pending = ConfirmationRow.objects.filter(
-        _decidable_by(viewer), status=ConfirmationStatus.PENDING.value
+        decidable_by(viewer), status=ConfirmationStatus.PENDING.value
     )
-    rows = list(
-        pending.annotate(
-            run_goal=F("run__goal"),
-            run_subject=F("run__subject"),
-            run_owner=F("run__owner_id"),
-            **{name: F(f"run__{name}") for name in writes.FIELDS.values()},
-        ).order_by("requested_at", "id")[:limit]
-    )
+    rows = list(_with_card_facts(pending).order_by("requested_at", "id")[:limit])
     total = len(rows) if len(rows) < limit else pending.count()
+    return Queue(items=_cards(rows, viewer, registry, observations, recorded), total=total)
+
+
+def confirmation_queue_item(
+    *,
+    viewer: Any,
+    registry: ToolRegistry,
+    observations: CitedObservations,
+    confirmation_id: str,
+    recorded: RecordedProvenance | None = None,
+) -> QueueItem | None:
+    """The card of one pending confirmation ``viewer`` may decide (the queue's detail pane),
+    or None when it is not (or no longer) waiting for them. The queries of the queue's, for
+    one row."""
+    pending = ConfirmationRow.objects.filter(
+        decidable_by(viewer), status=ConfirmationStatus.PENDING.value, pk=confirmation_id
+    )
+    rows = list(_with_card_facts(pending))
+    cards = _cards(rows, viewer, registry, observations, recorded)
+    return cards[0] if cards else None
+
+
+def _with_card_facts(pending: Any) -> Any:
+    return pending.annotate(
+        run_goal=F("run__goal"),
+        run_subject=F("run__subject"),
+        run_owner=F("run__owner_id"),
+        **{name: F(f"run__{name}") for name in writes.FIELDS.values()},
+    )
+
+
+def _cards(
+    rows: list[Any],
+    viewer: Any,
+    registry: ToolRegistry,
+    observations: CitedObservations,
+    recorded: RecordedProvenance | None,
+) -> list[QueueItem]:
     provenance = confirmations_provenance(rows, recorded=recorded, observations=observations)
     # Only a rule that needs several approvals has any while pending (a one-approver rule's
     # approval is its decision), so the others need no query.
@@ -313,7 +344,7 @@ def confirmation_queue(
     approvals: dict[str, list[ConfirmationApproval]] = {}
     for a in ConfirmationApproval.objects.filter(confirmation_id__in=several) if several else ():
         approvals.setdefault(a.confirmation_id, []).append(a)
-    items = [
+    return [
         _queue_item(
             row,
             registry,
@@ -324,10 +355,9 @@ def confirmation_queue(
         )
         for row in rows
     ]
-    return Queue(items=items, total=total)
 
 
-def _decidable_by(viewer: Any) -> Q:
+def decidable_by(viewer: Any) -> Q:
     """The confirmations whose rule lets ``viewer`` decide them, as a filter (the run is the
     viewer's own when they started it or it was started for them: policy.roles.approver_facts)."""
     operator = is_operator(viewer)

@@ -11,7 +11,12 @@ what the database says.
        reconnects (the client reconnects with ``after`` = the last sequence it saw).
 
 /ws/console/ pushes ``{"type": "queues", "pending_confirmations", "open_handoffs"}`` to
-operators, reviewers and admins whenever they change.
+operators, reviewers and admins whenever they change. An operator's queue page also sends
+``{"type": "queue.watch", "query": <its filters>, "shown": [ids], "since": <rendered at>}``;
+from then on the same pushes carry ``queue.added`` (rows now waiting under those filters, safe
+fields only: ids, tool name, side effect class, untrusted flag, sort key) and
+``queue.removed`` (shown rows that left, with what became of them in words). The page fetches
+an added row's HTML over HTTP: no argument value ever travels on the socket.
 
 Both close once the credential that opened them ends or their user may no longer watch
 (runs/socket_guard.py): they check before they send what they read.
@@ -33,7 +38,13 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.http import QueryDict
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
+from agentconsole import wiring
+from policy import queue_list
+from policy.domain.errors import DomainError
 from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
@@ -44,9 +55,11 @@ from runs.socket_guard import (
     PERMISSION_DENIED,
     GuardedSocket,
     Verdict,
+    _open_clients,
     checks_started,
     verdict,
 )
+from runs.socket_guard import open_clients as open_clients  # the gauge, read where it was
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
 # worker's ring never reaches the web process, so it is the delivery path: keep it short.
@@ -56,14 +69,6 @@ BATCH = 200
 # Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API. 4401 and
 # 4403 also end an open socket (runs/socket_guard.py).
 NOT_FOUND, BAD_REQUEST = 4404, 4400
-
-# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
-# One event loop per daphne process runs every consumer, so plain integers need no lock.
-_open_clients = {"trace": 0, "console": 0}
-
-
-def open_clients() -> dict[str, int]:
-    return dict(_open_clients)
 
 
 def _after(scope: dict[str, Any]) -> int | None:
@@ -348,6 +353,47 @@ def _counts() -> dict[str, int]:
     return selectors.queue_counts()
 
 
+MAX_SHOWN = 500  # ids a queue page may say it shows (a page is 100, plus what arrived live)
+
+
+@dataclass
+class QueueWatch:
+    filters: queue_list.QueueFilters
+    known: set[str]
+    since: Any
+
+
+@database_sync_to_async
+def _queue_watch(user: Any, content: dict[str, Any]) -> QueueWatch:
+    """The watch a queue page asked for, checked: an operator, its filters parsed as the page
+    parses them, a bounded list of ids; QUEUE_WATCH_INVALID (or the filters' code) otherwise."""
+    if not is_operator(user):
+        raise DomainError("Only operators watch the queue.", code="PERMISSION_DENIED")
+    query, shown, since = content.get("query", ""), content.get("shown", []), content.get("since")
+    if not isinstance(query, str) or len(query) > 2000:
+        raise DomainError("The query is not a filter string.", code="QUEUE_WATCH_INVALID")
+    if not isinstance(shown, list) or len(shown) > MAX_SHOWN:
+        raise DomainError(f"At most {MAX_SHOWN} shown ids.", code="QUEUE_WATCH_INVALID")
+    if not all(isinstance(i, str) and 0 < len(i) <= 128 for i in shown):
+        raise DomainError("Shown ids are strings.", code="QUEUE_WATCH_INVALID")
+    when = parse_datetime(since) if isinstance(since, str) and len(since) < 64 else None
+    if when is None or timezone.is_naive(when):
+        when = timezone.now()
+    return QueueWatch(queue_list.queue_filters(QueryDict(query)), set(shown), when)
+
+
+@database_sync_to_async
+def _queue_changes(user: Any, watch: QueueWatch) -> queue_list.QueueChanges:
+    return queue_list.queue_changes(
+        viewer=user,
+        registry=wiring.registry(),
+        filters=watch.filters,
+        known=watch.known,
+        since=watch.since,
+        now=timezone.now(),
+    )
+
+
 class ConsoleConsumer(_Socket):
     REFRESH_S = 2.0
 
@@ -361,6 +407,8 @@ class ConsoleConsumer(_Socket):
             await self.close(code=refused[0])
             return
         self.sent: dict[str, int] | None = None
+        self.watch: QueueWatch | None = None
+        self.pushing = asyncio.Lock()  # a ring and the tick never send one change twice
         await self.channel_layer.group_add(CONSOLE_GROUP, self.channel_name)
         await self.accept()
         self.counted = "console"
@@ -388,12 +436,40 @@ class ConsoleConsumer(_Socket):
     async def console_doorbell(self, message: dict[str, Any]) -> None:
         await self.push()
 
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict) or content.get("type") != "queue.watch" or self.ended:
+            return
+        try:
+            watch = await _queue_watch(self.scope["user"], content)
+        except DomainError as exc:
+            await self.send_json({"type": "queue.error", "code": exc.code, "message": exc.message})
+            return
+        async with self.pushing:
+            self.watch = watch
+        await self.push()
+
     async def push(self) -> None:
-        counts = await _counts()
-        # Checked after the read, before sending (runs/socket_guard.py).
-        if counts != self.sent and await self.still_allowed(after=checks_started()):
-            self.sent = counts
-            await self.send_json({"type": "queues", **counts})
+        async with self.pushing:
+            counts = await _counts()
+            watch = self.watch
+            changes = await _queue_changes(self.scope["user"], watch) if watch else None
+            news = changes is not None and bool(changes.added or changes.removed)
+            # Checked after the reads, before sending (runs/socket_guard.py).
+            if (counts == self.sent and not news) or not await self.still_allowed(
+                after=checks_started()
+            ):
+                return
+            if counts != self.sent:
+                self.sent = counts
+                await self.send_json({"type": "queues", **counts})
+            if watch is None or changes is None:
+                return
+            if changes.removed:
+                watch.known -= {item["id"] for item in changes.removed}
+                await self.send_json({"type": "queue.removed", "items": changes.removed})
+            if changes.added:
+                watch.known |= {item["id"] for item in changes.added}
+                await self.send_json({"type": "queue.added", "items": changes.added})
 
     async def _tick(self) -> None:
         while not self.ended:

@@ -42,6 +42,17 @@ from django.db import DatabaseError, connection
 
 from runs.doorbell import user_group
 
+# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
+# One event loop per daphne process runs every consumer, so plain integers need no lock. Kept
+# here, not in runs.consumers: the metrics read it, and the consumers import the composition
+# root (the queue's live list reads the tool registry), which imports the metrics.
+_open_clients = {"trace": 0, "console": 0}
+
+
+def open_clients() -> dict[str, int]:
+    return dict(_open_clients)
+
+
 log = logging.getLogger(__name__)
 
 NOT_AUTHENTICATED, PERMISSION_DENIED = 4401, 4403

@@ -38,11 +38,17 @@
         failures = 0;
         setLive("live");
         if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
+        // A page script (queue.js) may ask for more on this socket: it hears "console:open"
+        // on every (re)connect with a send function, and "console:message" for every frame.
+        document.dispatchEvent(new CustomEvent("console:open", {
+          detail: { send: function (obj) { if (ws.readyState === 1) ws.send(JSON.stringify(obj)); } }
+        }));
       };
       ws.onmessage = function (msg) {
         var data;
         try { data = JSON.parse(msg.data); } catch (e) { return; }
         if (data && data.type === "queues") showCounts(data);
+        if (data && data.type) document.dispatchEvent(new CustomEvent("console:message", { detail: data }));
       };
       ws.onclose = function (ev) {
         if (ev.code >= 4400 && ev.code < 4500) { setLive(""); return; } // refused: don't retry

@@ -204,6 +204,18 @@ ROUTES = [
         lambda p, w: p.get(f"/api/confirmations/{w.run.confirmation_id}/"),
         READ_RUN,
     ),
+    Route(
+        "POST confirmations batch",
+        lambda p, w: p.post(
+            "/api/confirmations/batch/",
+            {
+                "proposal_hash": w.run.proposal_hash,
+                "confirmation_ids": [w.run.confirmation_id],
+                "decision": "approve",
+            },
+        ),
+        OPERATORS(OK),
+    ),
     _decide("approve"),
     _decide("decline"),
     # Issue 24 item 1: edit the arguments (an approval of the edited call), respond with a note.
@@ -346,6 +358,7 @@ def test_every_route_is_in_the_matrix() -> None:
         "api-run-events", "api-run-observations", "api-run-ledger", "api-run-grants",
         "api-confirmations", "api-confirmation", "api-confirmation-approve",
         "api-confirmation-decline", "api-confirmation-edit", "api-confirmation-respond",
+        "api-confirmation-batch",
         "api-run-trace-json", "api-run-trace-ndjson",
         "api-handoffs", "api-handoff", "api-handoff-claim",
         "api-handoff-resolve", "api-queues", "api-preferences", "api-pref-propose",

@@ -11,6 +11,7 @@ import pytest
 
 from tests.browser import csp_watch
 from tests.browser.browser_kit import Console, login, waiting_run
+from tests.browser.test_queue import item_of
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +29,7 @@ def test_operator_approves_and_watches_the_run_complete_live(
     queue = new_page()
     login(queue, "operator")
     queue.goto("/confirmations/")
-    item = queue.locator(f"[data-confirmation-run='{run['run_id']}']")
+    item = item_of(queue, run["run_id"])
     item.get_by_label("Reason").first.fill("the user asked for Chinese answers")
     item.get_by_role("button", name="Approve").click()
     queue.wait_for_load_state()

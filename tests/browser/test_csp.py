@@ -115,6 +115,9 @@ NOT_PAGE_ROUTES = {
     "mcp-tool-accept", "preference-propose", "preferences-export", "change-confirm",
     "change-cancel", "memory-revoke", "healthz", "readyz", "metrics", "favicon",
     "admin-login-throttled",  # /admin/login/, visited as admin:login
+    # The queue's batch decision (a POST) and the fragments its list fetches (rows announced
+    # on /ws/console/, a row's detail): parts of the queue page, under its CSP.
+    "confirmation-batch", "confirmation-rows", "confirmation-detail",
 }  # fmt: skip
 
 

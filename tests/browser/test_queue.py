@@ -38,7 +38,28 @@ def confirmation(console: Console, confirmation_id: str) -> dict[str, Any]:
 
 
 def item_of(page: Any, run_id: str) -> Any:
-    return page.locator(f"[data-confirmation-run='{run_id}']")
+    """The card of ``run_id``'s confirmation, opened from its row in the list when it is not
+    the one shown (issue 24: a compact list, one card at a time in the detail pane)."""
+    card = page.locator(f"article[data-confirmation-run='{run_id}']")
+    if card.count() and card.is_visible():
+        return card
+    row = page.locator(f"[data-q-row-run='{run_id}'] [data-q-open]")
+    if not row.count():
+        # Not on this page of the list (100 a page; other tests leave items waiting): search.
+        page.goto(f"/confirmations/?q={run_id}")
+        if not row.count():
+            return card  # not waiting: an empty locator
+    row.click()
+    card.wait_for(state="visible")
+    return card
+
+
+def row_ids(page: Any) -> list[str]:
+    return list(
+        page.locator("[data-q-row-run]").evaluate_all(
+            "els => els.map(el => el.getAttribute('data-q-row-run'))"
+        )
+    )
 
 
 def open_queue(new_page: Callable[..., Any], user: str = "operator", **kw: Any) -> Any:
@@ -88,7 +109,7 @@ def test_decline_with_a_reason(
     item.get_by_label("Reason").fill("the user never asked to change the language")
     item.get_by_role("button", name="Decline").click()
     page.wait_for_load_state()
-    assert page.url.endswith("/confirmations/")
+    assert "/confirmations/" in page.url  # back to the list as it was filtered
     assert "Declined: the proposal of the run “Decline me (queue test)”." in (
         page.get_by_role("status").first.inner_text()
     )
@@ -137,7 +158,15 @@ def test_a_proposal_that_changed_is_refused_and_nothing_is_decided(
         ],
     )
 
-    item_of(page, run["run_id"]).get_by_role("button", name="Approve").click()
+    card = item_of(page, run["run_id"])
+    # The page heard it on /ws/console/ (issue 24): the card says so, its buttons are off.
+    page.locator("[data-q-gone-note]").wait_for()
+    assert "decided elsewhere: declined by admin" in card.inner_text()
+    approve = card.get_by_role("button", name="Approve")
+    assert approve.is_disabled()
+    # A page that missed it (its socket down, or no JavaScript) is refused by the server.
+    approve.evaluate("b => { b.disabled = false; }")
+    approve.click()
     page.wait_for_load_state()
     alert = page.get_by_role("alert").first.inner_text()
     assert CHANGED in alert
@@ -179,19 +208,21 @@ def test_keys_move_and_act_with_a_confirm_step(
     first = waiting_run(console, "Keyboard first (queue test)")
     second = waiting_run(console, "Keyboard second (queue test)")
     page = open_queue(new_page)
-    ids = page.locator("[data-confirmation-run]").evaluate_all(
-        "els => els.map(el => el.getAttribute('data-confirmation-run'))"
-    )
+    page.goto("/confirmations/?q=Keyboard")  # only this test's two (others may wait)
+    ids = row_ids(page)
     at = ids.index(first["run_id"])
     assert ids.index(second["run_id"]) == at + 1  # oldest first
     page.locator("body").click(position={"x": 5, "y": 5})
-    for _ in range(at + 1):
+    focused = "() => document.activeElement.closest('[data-q-row-run]').dataset.qRowRun"
+    for _ in range(at + 2):
         page.keyboard.press("j")
-    selected = page.locator("[data-confirmation-run][aria-current=true]")
-    assert selected.get_attribute("data-confirmation-run") == second["run_id"]
+    assert page.evaluate(focused) == second["run_id"]
     page.keyboard.press("k")
-    assert selected.get_attribute("data-confirmation-run") == first["run_id"]
+    assert page.evaluate(focused) == first["run_id"]
     page.keyboard.press("j")
+    page.keyboard.press("Enter")  # opens the row beside the list, no reload
+    page.locator(f"article[data-confirmation-run='{second['run_id']}']").wait_for()
+    page.locator("body").click(position={"x": 5, "y": 5})
 
     # a: a dialog asks first; Cancel leaves everything as it was.
     dialog = page.get_by_role("dialog")
@@ -203,25 +234,22 @@ def test_keys_move_and_act_with_a_confirm_step(
     assert not dialog.is_visible()
     (waiting,) = pending_of(console, second["run_id"])
 
-    # d without a reason is held in the dialog; with one, it declines the selected item.
+    # d without a reason is held in the dialog; with one, it declines the item shown.
     page.keyboard.press("d")
     dialog.get_by_role("button", name="Yes, decline").click()
     assert "A decline needs a reason." in dialog.inner_text()
     dialog.get_by_label("Reason for the decision").fill("not now")
-    with page.expect_navigation(url=re.compile(r"/confirmations/$")):
+    with page.expect_navigation(url=re.compile(r"/confirmations/\?q=Keyboard$")):
         dialog.get_by_role("button", name="Yes, decline").click()
     decided = confirmation(console, waiting["confirmation_id"])
     assert (decided["status"], decided["decision_reason"]) == ("declined", "not now")
     assert len(pending_of(console, first["run_id"])) == 1  # the other one is untouched
 
-    # a, confirmed: the (now first of ours) selected item is approved.
-    ids = page.locator("[data-confirmation-run]").evaluate_all(
-        "els => els.map(el => el.getAttribute('data-confirmation-run'))"
-    )
-    for _ in range(ids.index(first["run_id"])):
-        page.keyboard.press("j")
+    # a, confirmed: the item shown (opened from its row) is approved.
+    item_of(page, first["run_id"])
+    page.locator("body").click(position={"x": 5, "y": 5})
     page.keyboard.press("a")
-    with page.expect_navigation(url=re.compile(r"/confirmations/$")):
+    with page.expect_navigation(url=re.compile(r"/confirmations/\?q=Keyboard$")):
         dialog.get_by_role("button", name="Yes, approve").click()
     assert "Approved: the proposal of the run “Keyboard first (queue test)”." in (
         page.get_by_role("status").first.inner_text()

@@ -17,6 +17,7 @@ import pytest
 
 from tests.browser import browser_kit as kit
 from tests.browser.browser_kit import Console, login, shot
+from tests.browser.test_queue import item_of
 
 pytestmark = pytest.mark.browser
 
@@ -106,7 +107,7 @@ def test_the_queue_card_of_a_later_write_says_an_earlier_one_was_refused(
     page = new_page(kit.DESKTOP)
     login(page, "operator")
     page.goto("/confirmations/")
-    card = page.locator(f"[data-confirmation-run='{run['run_id']}']")
+    card = item_of(page, run["run_id"])
     assert "run: 1 write not applied" in card.locator(".q-badges").inner_text()
     assert "1 rejected: an earlier write of this run" in card.inner_text()
     card.scroll_into_view_if_needed()

@@ -52,7 +52,7 @@ def waiting(owner: Any, rule: str) -> kit.Waiting:
 
 
 def shown(page: str) -> set[str]:
-    return set(re.findall(r'data-confirmation-id="([^"]+)"', page))
+    return set(re.findall(r'data-q-row="([^"]+)"', page))  # the list's rows (issue 24)
 
 
 def article(page: str, confirmation_id: str) -> str:
@@ -170,6 +170,8 @@ def test_the_queue_reads_in_a_fixed_number_of_queries_with_four_eyes_items(
         page = client.get(QUEUE).content.decode("utf-8")
     assert len(shown(page)) == 6
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
-    # session, user, roles; the MCP catalog stamp (the registry); the confirmations joined to
-    # their runs; the cited observations; the approvals of the four-eyes items (one query)
-    assert len(one) == 7, [q["sql"] for q in one.captured_queries]
+    # session, user, roles; the MCP catalog stamp (the registry); the list (rows, identical
+    # groups, the last approved hashes, filter menus); the card in the detail pane (the
+    # confirmation joined to its run, the cited observations, the approvals of a four-eyes
+    # item); the identical proposals; the last approved call
+    assert len(one) == 13, [q["sql"] for q in one.captured_queries]

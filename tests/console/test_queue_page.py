@@ -25,6 +25,7 @@ from tests.api import api_kit as kit
 pytestmark = pytest.mark.django_db
 
 QUEUE = "/confirmations/"
+QUERIES = 13  # the page with its detail pane: see test_the_queue_reads_in_a_fixed_number_of_queries
 
 
 @pytest.fixture(autouse=True)
@@ -324,11 +325,14 @@ def test_what_the_hash_binds_is_checked_and_said(people: kit.People) -> None:
     once = listed(people.alice.user, goal="bound to the call")
     per_run = listed(people.alice.user, bound=per_run_confirmation_hash("save_preference", "1"))
     other = listed(people.alice.user, bound=kit.HASH_OTHER)
-    page = text(signed_in(people.operator).get(QUEUE))
-    shown = {row.run_id: page[page.index(row.run_id) :] for row in (once, per_run, other)}
-    assert 'data-q-binding="call"' in shown[once.run_id].split("</article>")[0]
-    assert "every call of this tool in this run" in shown[per_run.run_id].split("</article>")[0]
-    assert "do not approve" in shown[other.run_id].split("</article>")[0]
+    client = signed_in(people.operator)
+    # Each in the detail pane, one at a time (issue 24: the list shows one card, the chosen).
+    shown = {
+        row.run_id: text(client.get(QUEUE, {"item": row.pk})) for row in (once, per_run, other)
+    }
+    assert 'data-q-binding="call"' in shown[once.run_id]
+    assert "every call of this tool in this run" in shown[per_run.run_id]
+    assert "do not approve" in shown[other.run_id]
 
 
 def test_long_values_fold(people: kit.People) -> None:
@@ -355,9 +359,10 @@ def test_the_queue_reads_in_a_fixed_number_of_queries(people: kit.People) -> Non
         listed(people.alice.user, sources=untrusted)
     with CaptureQueriesContext(connection) as six:
         page = text(client.get(QUEUE))
-    assert page.count("data-confirmation-run=") == 6
+    assert page.count("data-q-row=") == 6
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
-    # session, user, roles; the tool registry's MCP catalog stamp (wiring.registry); the
-    # confirmations joined to their runs; what the trace recorded of their provenance; every
-    # cited observation
-    assert len(one) == 7, [q["sql"] for q in one.captured_queries]
+    # session, user, roles; the tool registry's MCP catalog stamp (wiring.registry); the list
+    # (rows, identical groups, the last approved hash per tool and subject, filter menus); the
+    # detail pane (the card: the confirmation joined to its run, what the trace recorded of its
+    # provenance, its cited observations; the identical proposals; the last approved call)
+    assert len(one) == QUERIES, [q["sql"] for q in one.captured_queries]
