@@ -108,7 +108,8 @@ def _queue(
         "base_query": filters.query(page=1),
         "queue_url": reverse("confirmation-queue"),
         "selected": selected,
-        "chosen": bool(chosen),
+        # A refused decision or answer comes back in its own view on a phone too.
+        "chosen": bool(chosen) or (bool(refused) and selected == refused),
         "error": error if answer is None else None,
         "answer": answer,
         "rendered_at": timezone.now().isoformat(),

@@ -277,3 +277,21 @@ def layout_problems(page: Any, tab: bool = True) -> list[str]:
     if missed:
         problems.append(f"actions Tab never reaches: {missed}")
     return problems
+
+
+def item_of(page: Any, run_id: str) -> Any:
+    """The card of ``run_id``'s confirmation, opened from its row in the list when it is not
+    the one shown (issue 24: a compact list, one card at a time in the detail pane)."""
+    card = page.locator(f"article[data-confirmation-run='{run_id}']")
+    if card.count() and card.is_visible():
+        return card
+    row = page.locator(f"[data-q-row-run='{run_id}'] [data-q-open]")
+    if not (row.count() and row.is_visible()):
+        # Not on this page of the list (100 a page; other tests leave items waiting), or the
+        # list is behind another card's own view (a phone): search.
+        page.goto(f"/confirmations/?q={run_id}")
+        if not row.count():
+            return card  # not waiting: an empty locator
+    row.click()
+    card.wait_for(state="visible")
+    return card

@@ -89,7 +89,7 @@ def test_the_card_says_where_each_argument_came_from(
     new_page: Callable[..., Any], runs: dict[str, Any], viewport: dict[str, int]
 ) -> None:
     page = open_queue(new_page, viewport)
-    card = page.locator(f"[data-confirmation-run='{runs['forum']}']")
+    card = kit.item_of(page, runs["forum"])
     assert card.locator("[data-q-provenance='recorded']").is_visible()
     why = card.locator("[data-q-why]")
     assert why.get_attribute("data-q-why") == "UNTRUSTED_PROVENANCE"
@@ -109,12 +109,6 @@ def test_the_card_says_where_each_argument_came_from(
     key = leaf(page, runs["forum"], "key")
     assert key.inner_text().splitlines()[-1].strip() == "← the user's goal"
     assert key.get_attribute("data-q-leaf-untrusted") is None
-    kept = leaf(page, runs["kept"], "value")
-    assert "← preference citation_style (saved by the user)" in kept.inner_text()
-    assert (
-        "the tool's contract asks a person"
-        in page.locator(f"[data-confirmation-run='{runs['kept']}'] [data-q-why]").inner_text()
-    )
 
     # Readable: the origin lines are body text, not fine print, and nothing overflows.
     size = value.locator("[data-q-origin]").first.evaluate(
@@ -128,3 +122,9 @@ def test_the_card_says_where_each_argument_came_from(
     card.locator("h3", has_text=heading).evaluate("el => el.scrollIntoView({block: 'start'})")
     path = kit.shot(page, "confirmation-provenance")
     assert Path(path).stat().st_size > 0
+
+    # Another card (one at a time in the detail pane): a value from a saved preference.
+    why = kit.item_of(page, runs["kept"]).locator("[data-q-why]").inner_text()
+    assert "the tool's contract asks a person" in why
+    kept = leaf(page, runs["kept"], "value")
+    assert "← preference citation_style (saved by the user)" in kept.inner_text()

@@ -17,6 +17,7 @@ from tests.browser.browser_kit import (
     PHONE,
     PLANNER,
     Console,
+    item_of,
     layout_problems,
     login,
     shot,
@@ -35,23 +36,6 @@ def pending_of(console: Console, run_id: str) -> list[dict[str, Any]]:
 
 def confirmation(console: Console, confirmation_id: str) -> dict[str, Any]:
     return dict(console.api("operator").get(f"/api/confirmations/{confirmation_id}/"))
-
-
-def item_of(page: Any, run_id: str) -> Any:
-    """The card of ``run_id``'s confirmation, opened from its row in the list when it is not
-    the one shown (issue 24: a compact list, one card at a time in the detail pane)."""
-    card = page.locator(f"article[data-confirmation-run='{run_id}']")
-    if card.count() and card.is_visible():
-        return card
-    row = page.locator(f"[data-q-row-run='{run_id}'] [data-q-open]")
-    if not row.count():
-        # Not on this page of the list (100 a page; other tests leave items waiting): search.
-        page.goto(f"/confirmations/?q={run_id}")
-        if not row.count():
-            return card  # not waiting: an empty locator
-    row.click()
-    card.wait_for(state="visible")
-    return card
 
 
 def row_ids(page: Any) -> list[str]:

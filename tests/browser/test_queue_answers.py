@@ -21,6 +21,7 @@ from tests.browser.browser_kit import (
     DESKTOP,
     PHONE,
     Console,
+    item_of,
     layout_problems,
     login,
     shot,
@@ -36,7 +37,7 @@ def open_item(new_page: Callable[..., Any], run_id: str, viewport: dict[str, int
     page = new_page(viewport=viewport)
     login(page, "operator")
     page.goto("/confirmations/")
-    return page, page.locator(f"[data-confirmation-run='{run_id}']")
+    return page, item_of(page, run_id)
 
 
 def done(console: Console, run_id: str) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def test_edit_and_approve(new_page: Callable[..., Any], console: Console, size: 
     item.get_by_label("Why you changed it (optional)").fill("she wants French")
     with page.expect_navigation():
         item.get_by_role("button", name="Use these arguments").click()
-    item = page.locator(f"[data-confirmation-run='{run['run_id']}']")
+    item = item_of(page, run["run_id"])
     error = item.locator("[data-q-answer-error]")
     assert "MEMORY_VALUE_INVALID" in error.inner_text()
     assert "Nothing was changed." in error.inner_text()
