@@ -71,13 +71,14 @@ def group_for(path: Path, tests_root: Path) -> str | None:
 
 
 def shares_module_fixture(item: Any) -> bool:
-    """Does the test use a fixture kept for its module or class (set up once for several
-    tests)? Such tests are grouped per module, so the fixture is set up in one process only."""
+    """Does the test use a fixture of ours kept for its module or class (set up once for several
+    tests)? Such tests are grouped per module, so the fixture is set up in one process only.
+    A plugin's fixtures (pytest-django's class-scoped one for every test) have no base id."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
     return any(
-        defs[-1].scope in ("module", "class", "package")
+        defs[-1].scope in ("module", "class", "package") and defs[-1].baseid
         for defs in info.name2fixturedefs.values()
         if defs
     )

@@ -1,0 +1,81 @@
+"""Parallel test processes (tests/support/parallel.py): each gets a Redis database of its own,
+the browser tests and the tests sharing a module's fixture stay in one process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.conf import settings
+
+from tests.support import parallel
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_each_process_has_a_redis_database_of_its_own() -> None:
+    dbs = [parallel.redis_url_for("redis://127.0.0.1:6379/6", i, 3) for i in range(3)]
+    assert dbs == [f"redis://127.0.0.1:6379/{n}" for n in (6, 7, 8)]
+    # CI's 15 is the last database: the others count down, never over to 0 (make run's).
+    ci = [parallel.redis_url_for("redis://127.0.0.1:6379/15", i, 2) for i in range(2)]
+    assert ci == ["redis://127.0.0.1:6379/15", "redis://127.0.0.1:6379/14"]
+    # No database named: Redis's 0. A password and options stay as they were.
+    assert parallel.redis_url_for("redis://127.0.0.1:6379", 1, 2) == "redis://127.0.0.1:6379/1"
+    assert (
+        parallel.redis_url_for("redis://:pw@host:6380/3?socket_timeout=5", 1, 2)
+        == "redis://:pw@host:6380/4?socket_timeout=5"
+    )
+    assert parallel.redis_url_for("", 1, 2) == ""  # no Redis, nothing shared
+    with pytest.raises(ValueError, match="17 test processes"):
+        parallel.redis_url_for("redis://127.0.0.1:6379/0", 1, 17)
+
+
+def test_the_workers_environment_gets_its_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/15")
+    specs = [SimpleNamespace(env={}), SimpleNamespace(env={})]
+    parallel.give_each_worker_its_redis(specs)
+    assert [s.env["REDIS_URL"] for s in specs] == [
+        "redis://127.0.0.1:6379/15",
+        "redis://127.0.0.1:6379/14",
+    ]
+    monkeypatch.delenv("REDIS_URL")
+    bare = [SimpleNamespace(env={})]
+    parallel.give_each_worker_its_redis(bare)
+    assert bare[0].env == {}
+
+
+def test_this_process_reads_the_url_it_was_given() -> None:
+    """Settings, the Celery broker and the processes tests start all read one URL: the one
+    in this process's environment (a worker's own, under xdist)."""
+    url = os.environ.get("REDIS_URL", "")
+    assert url == settings.REDIS_URL
+    if url:
+        assert settings.CELERY_BROKER_URL == url
+        assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [url]
+        assert settings.CACHES["default"]["LOCATION"] == url
+
+
+def test_groups() -> None:
+    assert parallel.group_for(TESTS / "browser" / "test_queue.py", TESTS) == "browser"
+    assert parallel.group_for(TESTS / "api" / "test_auth.py", TESTS) is None
+    assert parallel.group_for(Path("/elsewhere/test_x.py"), TESTS) is None
+
+
+@pytest.fixture(scope="module")
+def once_per_module() -> int:
+    return 1
+
+
+def test_a_test_using_a_module_fixture_is_grouped_by_module(
+    request: pytest.FixtureRequest, once_per_module: int
+) -> None:
+    assert parallel.shares_module_fixture(request.node)
+    marks = [m.args[0] for m in request.node.iter_markers("xdist_group")]
+    assert marks == ["tests/architecture/test_parallel.py"]
+
+
+def test_a_test_without_one_is_not(request: pytest.FixtureRequest) -> None:
+    assert not parallel.shares_module_fixture(request.node)
+    assert not list(request.node.iter_markers("xdist_group"))
