@@ -52,7 +52,7 @@ def test_this_process_reads_the_url_it_was_given() -> None:
     url = os.environ.get("REDIS_URL", "")
     assert url == settings.REDIS_URL
     if url:
-        assert settings.CELERY_BROKER_URL == url
+        assert url == settings.CELERY_BROKER_URL
         assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [url]
         assert settings.CACHES["default"]["LOCATION"] == url
 
