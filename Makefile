@@ -36,11 +36,11 @@ run: venv migrate
 
 # Parallel test processes (pytest-xdist): one per core, at most 4 (each makes its own test
 # database and Redis database: tests/support/parallel.py). TEST_PROCESSES=1: in this one process,
-# serially. `--dist loadgroup`: the tests that share a module's worker or the browser stack stay
-# in one process.
+# serially. The tests that share a module's worker or the browser stack stay in one process
+# (the scheduler in tests/conftest.py).
 TEST_PROCESSES ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
 	|| echo 1); echo $$((n > 4 ? 4 : n)))
-PARALLEL := $(if $(filter 0 1,$(TEST_PROCESSES)),-n 0,-n $(TEST_PROCESSES) --dist loadgroup)
+PARALLEL := $(if $(filter 0 1,$(TEST_PROCESSES)),-n 0,-n $(TEST_PROCESSES))
 
 test: dev
 	$(VENV)/bin/pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS)

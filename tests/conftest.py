@@ -7,7 +7,6 @@ tests/browser, tests/architecture.
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,21 +22,10 @@ def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
     parallel.give_each_worker_its_redis(specs)
 
 
-# First: xdist reads the groups in its own hook.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--dist loadgroup``: the tests of a module that shares a module-scoped fixture (a
-    Celery worker, a stack) run in one process, so it starts once, not once per process; the
-    browser tests share one process for their session's stack (tests/support/parallel.py)."""
-    tests_root = Path(__file__).resolve().parent
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        group = parallel.group_for(Path(str(item.path)), tests_root)
-        if group is None and parallel.shares_module_fixture(item):
-            group = item.nodeid.split("::", 1)[0]
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The browser tests in one process, worker tests a module at a time (parallel.py)."""
+    return parallel.make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

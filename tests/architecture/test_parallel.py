@@ -1,18 +1,15 @@
 """Parallel test processes (tests/support/parallel.py): each gets a Redis database of its own,
-the browser tests and the tests sharing a module's fixture stay in one process."""
+the browser tests and the tests sharing a module's fixture are handed out together."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from django.conf import settings
 
 from tests.support import parallel
-
-TESTS = Path(__file__).resolve().parents[1]
 
 
 def test_each_process_has_a_redis_database_of_its_own() -> None:
@@ -57,10 +54,28 @@ def test_this_process_reads_the_url_it_was_given() -> None:
         assert settings.CACHES["default"]["LOCATION"] == url
 
 
-def test_groups() -> None:
-    assert parallel.group_for(TESTS / "browser" / "test_queue.py", TESTS) == "browser"
-    assert parallel.group_for(TESTS / "api" / "test_auth.py", TESTS) is None
-    assert parallel.group_for(Path("/elsewhere/test_x.py"), TESTS) is None
+def test_units() -> None:
+    unit = parallel.unit_of
+    assert unit("tests/browser/test_queue.py::test_decline[390x844]") == "tests/browser"
+    assert unit("tests/browser/test_first_hour.py::test_x") == "tests/browser"
+    assert unit("tests/workers/test_worker_runs.py::test_x") == "tests/workers/test_worker_runs.py"
+    assert unit("tests/api/test_auth.py::test_x[a::b]") == "tests/api/test_auth.py::test_x[a::b]"
+
+
+def test_every_test_sharing_a_fixture_is_handed_out_with_the_others(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A new module-scoped worker or stack in a folder not grouped yet would start once per
+    process: name its folder in ``parallel.BY_MODULE``. (Checks the tests of this session:
+    all of them in a full run.)"""
+    alone = [
+        item.nodeid
+        for item in request.session.items
+        if parallel.shares_module_fixture(item)
+        and parallel.unit_of(item.nodeid) == item.nodeid
+        and item.module is not request.module  # the example below: a fixture that costs nothing
+    ]
+    assert alone == []
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +83,9 @@ def once_per_module() -> int:
     return 1
 
 
-def test_a_test_using_a_module_fixture_is_grouped_by_module(
-    request: pytest.FixtureRequest, once_per_module: int
-) -> None:
+def test_a_module_fixture_is_seen(request: pytest.FixtureRequest, once_per_module: int) -> None:
     assert parallel.shares_module_fixture(request.node)
-    marks = [m.args[0] for m in request.node.iter_markers("xdist_group")]
-    assert marks == ["tests/architecture/test_parallel.py"]
 
 
-def test_a_test_without_one_is_not(request: pytest.FixtureRequest) -> None:
+def test_a_plugins_or_a_function_fixture_is_not(request: pytest.FixtureRequest) -> None:
     assert not parallel.shares_module_fixture(request.node)
-    assert not list(request.node.iter_markers("xdist_group"))

@@ -12,22 +12,29 @@
   or down when counting up would pass the last database (Redis has 16, 0-15): CI's ``/15`` gives
   15 and 14, ``/6`` gives 6 and 7.
 - **Ports**: every server a test starts binds port 0 (a free port), so nothing to do.
-- **The browser stack** (``tests/browser/conftest.py``): one console and one Chromium per
-  process; ``group_for`` keeps the browser tests on one process, so one stack serves them all.
+- **Fixtures set up once for several tests**: the browser tests share one console and one
+  Chromium per process (a session fixture), the worker tests a Celery worker per module. So the
+  scheduler (``Scheduling``, taken by xdist's default ``load`` distribution) hands the browser
+  tests to one process as one unit, and the modules of ``BY_MODULE`` a module at a time; every
+  other test goes alone, to whichever process is free. Largest units first, so a long module
+  does not start last. (xdist's own ``--dist loadgroup`` stopped grouping with pytest 9:
+  pytest-dev/pytest-xdist#1386.)
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis's default `databases`; CI and the dev setup keep it
 
-# Tests under these folders share one group: xdist's `loadgroup` runs a group in one process.
-ONE_PROCESS_FOLDERS = ("browser",)
+# tests/<folder>/: all its tests in one unit (a session fixture of the folder's own).
+ONE_UNIT = ("browser",)
+# tests/<folder>/: a module at a time (module-scoped workers and stacks; the soak, so it is
+# handed out early rather than last).
+BY_MODULE = ("workers", "faults", "mcp", "memory", "production", "soak")
 
 
 def redis_url_for(url: str, index: int, count: int) -> str:
@@ -60,25 +67,43 @@ def give_each_worker_its_redis(specs: Iterable[Any]) -> None:
             spec.env["REDIS_URL"] = redis_url_for(url, index, len(specs))
 
 
-def group_for(path: Path, tests_root: Path) -> str | None:
-    """The xdist group of a test module: its folder's when the folder's tests share one process
-    (the browser stack), else ``None`` (xdist spreads them one by one)."""
-    try:
-        folder = path.relative_to(tests_root).parts[0]
-    except (ValueError, IndexError):
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test is handed out in (see the module docstring)."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests":
+        if parts[1] in ONE_UNIT:
+            return "/".join(parts[:2])
+        if parts[1] in BY_MODULE:
+            return path
+    return nodeid
+
+
+def make_scheduler(config: Any, log: Any) -> Any:
+    """For xdist's ``pytest_xdist_make_scheduler``: ``Scheduling`` under the default ``load``
+    distribution; another ``--dist`` keeps xdist's own."""
+    if config.getvalue("dist") != "load":
         return None
-    return folder if folder in ONE_PROCESS_FOLDERS else None
+    from xdist.scheduler import LoadScopeScheduling  # import here: only under xdist
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return Scheduling(config, log)
 
 
 def shares_module_fixture(item: Any) -> bool:
-    """Does the test use a fixture of ours kept for its module or class (set up once for several
-    tests)? Such tests are grouped per module, so the fixture is set up in one process only.
-    A plugin's fixtures (pytest-django's class-scoped one for every test) have no base id."""
+    """Does the test use a fixture of ours kept for its module, class or session (set up once
+    for several tests)? Then ``unit_of`` must keep it with the others that use it (a test checks
+    this). A plugin's fixtures (pytest-django's class-scoped one for every test, its session
+    database) have no base id; ours in tests/conftest.py are cheap and per process anyway."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
     return any(
-        defs[-1].scope in ("module", "class", "package") and defs[-1].baseid
+        defs[-1].scope in ("module", "class", "package", "session")
+        and defs[-1].baseid not in ("", "tests")
         for defs in info.name2fixturedefs.values()
         if defs
     )
