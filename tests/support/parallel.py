@@ -13,7 +13,7 @@
   15 and 14, ``/6`` gives 6 and 7.
 - **Ports**: every server a test starts binds port 0 (a free port), so nothing to do.
 - **Fixtures set up once for several tests**: the browser tests share one console and one
-  Chromium per process (a session fixture), the worker tests a Celery worker per module. So the
+  Chromium per process (package fixtures), the worker tests a Celery worker per module. So the
   scheduler (``Scheduling``, taken by xdist's default ``load`` distribution) hands the browser
   tests to one process as one unit, and the modules of ``BY_MODULE`` a module at a time; every
   other test goes alone, to whichever process is free. Largest units first, so a long module
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis's default `databases`; CI and the dev setup keep it
 
-# tests/<folder>/: all its tests in one unit (a session fixture of the folder's own).
+# tests/<folder>/: all its tests in one unit (fixtures of the folder's own for all of them).
 ONE_UNIT = ("browser",)
 # tests/<folder>/: a module at a time (module-scoped workers and stacks; the soak, so it is
 # handed out early rather than last).
