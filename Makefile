@@ -3,16 +3,25 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 MANAGE := $(PYTHON) manage.py
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.dev-installed
 
-.PHONY: venv migrate run test lint fmt bench soak
+.PHONY: venv dev migrate run test lint fmt bench soak
 
 venv: $(STAMP)
 
-# Reinstall only when pyproject.toml changes; the stamp makes re-runs instant.
+# What running needs, nothing more (`make run` on a fresh clone: no Playwright, mypy,
+# schemathesis). Reinstall only when pyproject.toml changes; the stamp makes re-runs instant.
 $(STAMP): pyproject.toml
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -e '.[dev]'
+	$(VENV)/bin/pip install -e .
 	touch $(STAMP)
+
+# The test and lint tools (the `dev` extra), on top, by `make test`, `make lint`, `make fmt`.
+dev: $(DEV_STAMP)
+
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(VENV)/bin/pip install -e '.[dev]'
+	touch $(DEV_STAMP)
 
 migrate: venv
 	$(MANAGE) migrate --noinput
@@ -25,16 +34,24 @@ run: venv migrate
 	$(MANAGE) load_demo --auto
 	exec scripts/run.sh
 
-test: venv
-	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+# Parallel test processes (pytest-xdist): one per core, at most 4 (each makes its own test
+# database and Redis database: tests/support/parallel.py). TEST_PROCESSES=1: in this one process,
+# serially. The tests that share a module's worker or the browser stack stay in one process
+# (the scheduler in tests/conftest.py).
+TEST_PROCESSES ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
+	|| echo 1); echo $$((n > 4 ? 4 : n)))
+PARALLEL := $(if $(filter 0 1,$(TEST_PROCESSES)),-n 0,-n $(TEST_PROCESSES))
+
+test: dev
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS)
 
 # mypy: strict on the domain core, the django-stubs plugin on the rest (config in pyproject.toml).
-lint: venv
+lint: dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-fmt: venv
+fmt: dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 

@@ -11,8 +11,21 @@ from typing import Any
 
 import pytest
 
+from tests.support import parallel
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    """Parallel processes (``make test``): a Redis database each (tests/support/parallel.py)."""
+    parallel.give_each_worker_its_redis(specs)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The browser tests in one process, worker tests a module at a time (parallel.py)."""
+    return parallel.make_scheduler(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,7 @@ def _redis_url() -> str:
     return os.environ.get("REDIS_URL", "")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def console() -> Iterator[Console]:
     reason = missing()
     if reason:
@@ -94,11 +94,16 @@ def console() -> Iterator[Console]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chromium_browser() -> Iterator[Any]:
-    """The one Chromium of the session. Playwright's sync API runs an event loop of its own: a
-    second ``sync_playwright()`` while this one lives fails ("Sync API inside the asyncio
-    loop"), so every browser test module takes its pages from this browser."""
+    """The one Chromium of the browser tests. Playwright's sync API runs an event loop of its
+    own: a second ``sync_playwright()`` while this one lives fails ("Sync API inside the asyncio
+    loop"), so every browser test module takes its pages from this browser.
+
+    Package scope: the loop, the stack and the browser stop after the last browser test, so no
+    other test of the process runs under Playwright's loop (Django refuses database work from
+    a thread with a running loop: SynchronousOnlyOperation, e.g. when the test database is
+    created after the browser tests, as in a parallel process that ran them first)."""
     from playwright.sync_api import sync_playwright  # import here: absent where tests skip
 
     with sync_playwright() as p:
@@ -109,7 +114,7 @@ def chromium_browser() -> Iterator[Any]:
             chromium.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(console: Console, chromium_browser: Any) -> Any:
     return chromium_browser
 

@@ -132,7 +132,8 @@ def install() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def chromium(install: str, chromium_browser: Any) -> Any:
-    # The session's browser (tests/browser/conftest.py): a second sync Playwright cannot start.
+    # The browser tests' one browser (tests/browser/conftest.py): a second sync Playwright
+    # cannot start.
     return chromium_browser
 
 

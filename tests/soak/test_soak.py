@@ -98,7 +98,9 @@ def test_short_soak_passes(tmp_path: Path) -> None:
         TAG_ENV: tag,
         "SOAK_RUNS": "20",
         "SOAK_KILLS": "8",
-        "SOAK_SECONDS": "30",
+        # 8 kills over ~15 s (the kill phase waits for a worker that has been up 2 s, so a busy
+        # machine stretches it rather than skipping kills); the checks are the same.
+        "SOAK_SECONDS": "15",
         "SOAK_DRAIN_S": "90",
         "SOAK_RESULTS": str(results),
     }
