@@ -20,7 +20,7 @@ from notify import selectors, services
 from notify.domain.rules import EventKind, TargetKind, is_loopback
 from notify.forms import EVENT_LABELS, SubscriptionForm, form_error
 from policy.domain.errors import DomainError
-from policy.pages import domain_errors, role_required
+from policy.pages import domain_errors, page_error, role_required
 from policy.roles import is_operator
 from policy.status import domain_status
 from runs import profiles
@@ -58,6 +58,9 @@ def notifications_page(request: HttpRequest) -> HttpResponse:
     names = _profile_names()
     if request.method == "GET":
         return _page(request, SubscriptionForm(profiles=names, initial=NEW))
+    if "kind" not in request.POST:
+        # Not this page's form (a JSON body, a script's guess): a short refusal, not the page.
+        return page_error(request, "VALIDATION_ERROR", "This is not the subscription form.", 400)
     form = SubscriptionForm(request.POST, profiles=names)
     if not form.is_valid():
         error = {"code": "VALIDATION_ERROR", "message": form_error(form)}

@@ -258,9 +258,8 @@ class QueueItem:
     # run that was rejected or failed is worth knowing before approving the next.
     run_writes: str = ""
     run_writes_not_applied: int = 0
-    # Where each argument came from, as the runtime recorded it (policy.provenance_selectors).
+    # Recorded provenance (policy.provenance_selectors); the edit form's JSON (issue 24 item 1).
     provenance: ProvenanceShown = NOT_RECORDED
-    # The arguments as shown, as pretty JSON: what the edit form starts from (issue 24 item 1).
     editable: str = ""
 
 

@@ -20,7 +20,9 @@ from runs import services
 from tests.api import api_kit as kit
 from tests.api.test_approvers import publish_scenario, publish_tool  # noqa: F401 -- fixture
 
-pytestmark = pytest.mark.django_db
+# Transactional: the approved tool writes the preference on its own connection (the executor's
+# thread), which a test's rolled-back transaction would leave behind for the next test.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SHOWN = {"key": "answer_language", "value": "zh-CN"}
 

@@ -73,6 +73,9 @@ def console() -> Iterator[Console]:
             [stdio_server(scratch / "mcp").argv, hostile_argv("names")]
         ),
         "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
+        # One stack for every browser test: the runs they leave waiting for a person add up
+        # per persona past the default limit of 10 active runs.
+        "AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT": "1000",
     }
     if not ctx.redis_url:
         extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")

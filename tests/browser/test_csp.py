@@ -99,7 +99,7 @@ def walk(page: Any, seen: Watch, origin: str, seeds: list[str], name: str) -> se
 EVERYONE = {"console-runs", "console-run", "run-new", "preferences", "preferences-erase"}
 OPERATOR = EVERYONE | {
     "confirmation-queue", "handoff-inbox", "handoff-bundle", "profiles", "profile-edit",
-    "mcp-tools", "memory-admin", "memory-entry",
+    "mcp-tools", "memory-admin", "memory-entry", "notifications",
 }  # fmt: skip
 ROLE_PAGES = {
     "alice": EVERYONE | {"preference-change", "preference-revoke"},
@@ -118,6 +118,10 @@ NOT_PAGE_ROUTES = {
     # The queue's batch decision (a POST) and the fragments its list fetches (rows announced
     # on /ws/console/, a row's detail): parts of the queue page, under its CSP.
     "confirmation-batch", "confirmation-rows", "confirmation-detail",
+    # Answers to a card's forms (edit, respond), a run's "run again" and a subscription's
+    # removal: POSTs that redirect or show the page they came from.
+    "confirmation-edit", "confirmation-respond", "console-run-again",
+    "notification-subscription-remove",
 }  # fmt: skip
 
 

@@ -172,6 +172,7 @@ def test_the_queue_reads_in_a_fixed_number_of_queries_with_four_eyes_items(
     assert len(six) == len(one), [q["sql"] for q in six.captured_queries]
     # session, user, roles; the MCP catalog stamp (the registry); the list (rows, identical
     # groups, the last approved hashes, filter menus); the card in the detail pane (the
-    # confirmation joined to its run, the cited observations, the approvals of a four-eyes
-    # item); the identical proposals; the last approved call
-    assert len(one) == 13, [q["sql"] for q in one.captured_queries]
+    # confirmation joined to its run, what the trace recorded of its provenance, the cited
+    # observations, the approvals of a four-eyes item); the identical proposals; the last
+    # approved call
+    assert len(one) == 14, [q["sql"] for q in one.captured_queries]

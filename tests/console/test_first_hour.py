@@ -24,7 +24,7 @@ from policy.roles import roles_of
 from runs import services
 from runs.models import Document, RunProfile
 from runs.profiles import profile_create, run_from_profile
-from tests.support.personas import make_user
+from tests.support.personas import ensure_roles, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -36,6 +36,9 @@ PASSWORD = "a-long-first-hour-password"
 @pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services, "enqueue_advance", lambda run_id, **kw: None)
+    # The role groups of policy/migrations/0002_roles.py, which an earlier transactional test's
+    # flush may have emptied in this process (tests run in any order across processes).
+    ensure_roles()
 
 
 def manage(*args: str, stdin: str = "", monkeypatch: pytest.MonkeyPatch | None = None) -> str:

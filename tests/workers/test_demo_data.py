@@ -120,7 +120,7 @@ def test_the_waiting_run_cites_the_poisoned_post_and_does_not_expire_soon(
     assert pending.status == "pending"
     assert pending.proposal["arguments"] == {"key": "answer_language", "value": "zh-CN"}
     provenance = selectors.confirmation_provenance(confirmation=pending)
-    assert provenance == [{"observation_id": "tool-1", "trust": "untrusted-content"}]
+    assert provenance["cited"] == [{"observation_id": "tool-1", "trust": "untrusted-content"}]
     tool_1 = run.observations.get(observation_id="tool-1")
     assert "save_preference" in str(tool_1.content)  # the forum post's injected instruction
     # A waiting run is cancelled at its deadline: the demo's is the longest allowed (a day).
