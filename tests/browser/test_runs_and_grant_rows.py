@@ -57,7 +57,8 @@ def test_the_runs_list_filters_by_tool_stop_reason_and_time(
     _title_says(page, "that used save_preference")
     # The first page of them (other browser tests on this stack add runs of their own).
     shown = _rows(page)
-    assert shown and set(shown) <= {r["run_id"] for r in proposed}
+    assert shown
+    assert set(shown) <= {r["run_id"] for r in proposed}
 
     page.get_by_label("Stop reason").select_option("CANCELLED")
     _title_says(page, "stopped for CANCELLED")
