@@ -11,6 +11,7 @@ every page of every browser test for violations; ``test_csp.py`` also asks for t
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,8 @@ def watch(page: Any, origin: str) -> Watch:
     def request_failed(request: Any) -> None:
         # Chromium fetches the page's icon after the page itself, and drops that request
         # (ERR_ABORTED) when the walk moves on first: a navigation, not a failure.
-        icon = request.url.endswith(("/favicon.svg", "/favicon.ico"))
+        # The icon's name carries its hash where static files are collected (DEBUG=0).
+        icon = re.search(r"/favicon(\.[0-9a-f]+)?\.(svg|ico)$", request.url) is not None
         if icon and "ERR_ABORTED" in str(request.failure):
             return
         if request.url.startswith(origin):
