@@ -45,8 +45,9 @@ class Clients:
     them, each with a pool of at most POOL_SIZE connections."""
 
     def __init__(self, endpoint: ModelEndpoint) -> None:
-        count = -(-endpoint.max_in_flight // POOL_SIZE)
-        size = -(-endpoint.max_in_flight // count)
+        limit = max(1, endpoint.max_in_flight)
+        count = -(-limit // POOL_SIZE)
+        size = -(-limit // count)
         self.clients = [_client(endpoint, size) for _ in range(count)]
         self._turn = 0
 
