@@ -34,7 +34,10 @@ class Receiver:
     statuses: list[int]
     # The receiver's clock (seconds): the wall clock unless a test moves time by hand.
     now_s: Callable[[], float] = time.time
-    delay_s: float = 0.0  # how long it thinks before answering
+    # How long it holds each answer at most: it answers earlier once the block ends (``done``),
+    # so a client that gave up is never waited on by the wall clock.
+    delay_s: float = 0.0
+    done: threading.Event = field(default_factory=threading.Event)
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,7 +74,8 @@ def receiver(
             # Header names in lower case: HTTP does not care, urllib sends "X-agentconsole-…".
             headers = {k.lower(): v for k, v in self.headers.items()}
             status = box["r"].answer(headers, body)
-            time.sleep(box["r"].delay_s)
+            if box["r"].delay_s:
+                box["r"].done.wait(box["r"].delay_s)
             self.send_response(status)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -88,5 +92,6 @@ def receiver(
     try:
         yield box["r"]
     finally:
+        box["r"].done.set()
         server.shutdown()
         server.server_close()
