@@ -359,6 +359,28 @@ def _received(
     return trust
 
 
+def confirmation_request(
+    cid: str,
+    proposal: ActionProposal,
+    decision: NeedsConfirmation,
+    *,
+    step: int,
+    cites_untrusted: bool,
+) -> ConfirmationRequest:
+    """The confirmation the gate's ``decision`` asks for at ``step``: the proposal as shown,
+    its hash, who may approve it (a person's edit adds what it changed: runs.domain.edits)."""
+    return ConfirmationRequest(
+        confirmation_id=cid,
+        proposal_hash=decision.confirmation_hash,
+        tool_name=proposal.tool_name,
+        tool_version=proposal.tool_version,
+        proposal=shown_record(proposal),
+        expires_at_step=step + CONFIRMATION_TTL_STEPS,
+        cites_untrusted=cites_untrusted,
+        approvers=decision.approvers,
+    )
+
+
 def _wait_for_confirmation(
     b: Builder,
     proposal: ActionProposal,
@@ -375,15 +397,8 @@ def _wait_for_confirmation(
         or minted_confirmation_id(s.run_id, s.step)
     )
     if decision.existing_confirmation_id is None:
-        b.commit.confirmation_request = ConfirmationRequest(
-            confirmation_id=cid,
-            proposal_hash=decision.confirmation_hash,
-            tool_name=proposal.tool_name,
-            tool_version=proposal.tool_version,
-            proposal=shown_record(proposal),
-            expires_at_step=s.step + CONFIRMATION_TTL_STEPS,
-            cites_untrusted=cites_untrusted,
-            approvers=decision.approvers,
+        b.commit.confirmation_request = confirmation_request(
+            cid, proposal, decision, step=s.step, cites_untrusted=cites_untrusted
         )
     # The real arguments wait in the run's state, which only the runner reads back (the
     # handoff bundle and the admin mask it): after the wait, and after a worker's crash, the

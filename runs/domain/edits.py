@@ -38,11 +38,10 @@ from runs.domain.commits import (
     ApprovalRecord,
     Builder,
     Commit,
-    ConfirmationRequest,
     Lookups,
     proposal_id_of,
 )
-from runs.domain.decide import CONFIRMATION_TTL_STEPS, provenance_of, run_view, shown_record
+from runs.domain.decide import confirmation_request, provenance_of, run_view
 from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
@@ -153,15 +152,11 @@ def edit(
         b.s.stop_reason = None
         b.move(Event.EDITED, proposal.proposal_id)
         return b.done()
-    b.commit.confirmation_request = ConfirmationRequest(
-        confirmation_id=new_cid,
-        proposal_hash=decision.confirmation_hash,
-        tool_name=proposal.tool_name,
-        tool_version=proposal.tool_version,
-        proposal=shown_record(proposal),
-        expires_at_step=state.step + CONFIRMATION_TTL_STEPS,
-        cites_untrusted=checked.untrusted,
-        approvers=decision.approvers,
+    asked = confirmation_request(
+        new_cid, proposal, decision, step=state.step, cites_untrusted=checked.untrusted
+    )
+    b.commit.confirmation_request = dataclasses.replace(
+        asked,
         edited_from=confirmation_id,
         edit_diff=tuple(redact_secrets(c.as_json()) for c in changes),
         approved=checked.completes,
