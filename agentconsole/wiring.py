@@ -338,4 +338,15 @@ def context() -> RunsContext:
         executor=lambda clock=SYSTEM_CLOCK: executor(clock),
         enqueue=tasks.enqueue_advance,
         tool_policy=lambda: tool_policy(),
+        first_step_here=first_step_here,
+    )
+
+
+def first_step_here(planner: dict[str, Any]) -> bool:
+    """A model planner's run, with the gateway making the calls: its first step only builds
+    the model request and records it (runs.services.run_create takes it in the creating
+    request, so the gateway can send it at once, without a worker's turn first)."""
+    return (
+        settings.AGENTCONSOLE_MODEL_CALLS == "gateway"
+        and planner.get("kind") == model_planning.PLANNER_KIND
     )

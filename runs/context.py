@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -47,6 +47,12 @@ class RunsContext:
     enqueue: Enqueue
     # The deployment's tool policy (settings.AGENTCONSOLE_TOOL_POLICY, checked at start-up).
     tool_policy: Callable[[], ToolPolicy] = field(default=lambda: EMPTY)
+    # first_step_here(planner configuration): whether the request that creates a run takes
+    # its first step itself (runs.services.run_create). True only where that step can do no
+    # more than record a model request for the gateway: the planner waits on a model and the
+    # runner splits its step at the call. Never for a planner that would answer, or run a
+    # tool, in the creating request.
+    first_step_here: Callable[[dict[str, Any]], bool] = field(default=lambda planner: False)
 
 
 _provider: Callable[[], RunsContext] | None = None

@@ -6,6 +6,7 @@ Celery tasks, management commands) call these and nothing below them.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -38,6 +39,8 @@ from runs.fault_switch import require_faults_enabled
 from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
 from runs.limits import RunLimits, check_budgets, check_create_rate, check_subject
 from runs.models import Run
+
+log = logging.getLogger(__name__)
 
 
 class ConfirmationIdInvalid(DomainError):
@@ -122,9 +125,33 @@ def run_create(
             profile=profile,
         )
         state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
-        if enqueue:
+        if enqueue and context.first_step_here(planner):
+            state = _first_step(state, context, clock)
+        if enqueue and state.status is Status.CREATED:
             _enqueue_on_commit(run_id, queue)
     return state
+
+
+def _first_step(state: RunState, context: RunsContext, clock: Clock) -> RunState:
+    """The run's first step, in the transaction that creates it; the state it leaves.
+
+    For a run whose planner waits on a model (``RunsContext.first_step_here``), that step
+    starts the run and records its first model request, which the gateway sends once the
+    creation commits: a worker is first needed when the reply is recorded. Before, a worker's
+    turn (a message, a lease, a load, two commits) came first, and a burst of creates waited
+    in the workers' queue before any model was asked (the runs-in-flight bench).
+
+    No lease: nobody else can see the run before this transaction commits. The runner is a
+    worker's, so the step is the one a worker would take (its quota, context and request).
+    In a savepoint: a step that fails here leaves the created run, and a worker takes it
+    (the caller sends the message for a run still ``created``).
+    """
+    try:
+        with transaction.atomic():
+            return context.runner(None, clock).advance(state.run_id)
+    except Exception:  # the worker's turn instead; the created run stays
+        log.exception("run %s: FIRST_STEP_DEFERRED: a worker takes its first step", state.run_id)
+        return state
 
 
 def _bound_grants(run_id: str, grants: Sequence[dict[str, Any]]) -> list[CapabilityGrant]:
