@@ -1,7 +1,7 @@
-"""HTTP API of confirmations: the operator queue, a confirmation with its provenance, and the
-decision. Thin views: the decision is a run transition (runs.services.confirmation_decide), the
-provenance is what the runtime recorded in the run's trace, with the observations it names
-(runs.selectors); the records are policy's.
+"""HTTP API of confirmations and grants: the operator queue, a confirmation with its provenance,
+the decision, and a run's grants (policy owns both records, and their API). Thin views: the
+decision is a run transition (runs.services.confirmation_decide), the provenance is what the
+runtime recorded in the run's trace, with the observations it names (runs.selectors).
 
 Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
 """
@@ -18,11 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from policy import provenance_selectors as policy_provenance
 from policy.domain.approvers import approvals_needed, approver_rule
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
-from policy.models import Confirmation, ConfirmationApproval
+from policy.models import Confirmation, ConfirmationApproval, Grant
 from policy.roles import is_operator, is_reviewer
 from runs import answers as run_answers
 from runs import batch as run_batch
@@ -32,6 +33,22 @@ from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Status
 
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
+
+
+class GrantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Grant
+        fields = ["id", "capability", "resource_scope", "expires_at_step", "max_calls",
+                  "calls_used", "constraints", "created_at"]  # fmt: skip
+
+
+# A run's grants, to whoever may see the run (no docstring: it would be the schema's text).
+class RunGrants(APIView):
+    @extend_schema(responses=GrantOut(many=True))
+    def get(self, request: Request, run_id: str) -> Response:
+        run = run_selectors.access_run(user=request.user, run_id=run_id)
+        rows = Grant.objects.filter(run_id=run.pk).order_by("id")[:1000]
+        return Response(GrantOut(rows, many=True).data)
 
 
 class ApprovalOut(serializers.ModelSerializer):
@@ -95,7 +112,11 @@ class ConfirmationDetail(APIView):
         if c is None:
             raise NotFound("no such confirmation")
         data = ConfirmationOut(c).data
-        data["provenance"] = run_selectors.confirmation_provenance(confirmation=c)
+        data["provenance"] = policy_provenance.confirmation_provenance(
+            c,
+            recorded=run_selectors.recorded_provenance,
+            observations=run_selectors.cited_observations,
+        )
         return Response(data)
 
 
