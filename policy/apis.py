@@ -1,7 +1,24 @@
 """HTTP API of confirmations and grants: the operator queue, a confirmation with its provenance,
-the decision, and a run's grants (policy owns both records, and their API). Thin views: the
-decision is a run transition (runs.services.confirmation_decide), the provenance is what the
-runtime recorded in the run's trace, with the observations it names (runs.selectors).
+the decision, and a run's grants. Policy owns both records: their models, services (writes,
+``policy.services``), selectors (``policy.selectors``, ``confirmation_selectors``,
+``provenance_selectors``) and this API; other apps call those, never the models (issue 25
+item 4). The provenance is what the runtime recorded in the run's trace, with the observations
+it names: runs' reads (``runs.selectors``), handed to ``policy.provenance_selectors``.
+
+A decision crosses between policy and runs three times, each one the design needs:
+
+1. ``_decide`` (here) -> ``runs.services.confirmation_decide``: a decision is the run's
+   transition (the run waits on it), so the run side takes the run's row lock first, as every
+   commit of the run does (another lock order could deadlock with a step or the sweeper).
+2. -> ``policy.services.confirmation_for_decision``: under that lock, the record as a plain
+   value (``PendingConfirmation``: still pending, still the proposal shown, with the approvals
+   already given); the approver rule (``policy.domain.approvers``) and the run's rules
+   (``runs.domain.lifecycle``) turn it into the run's commit, in plain Python.
+3. ``runs.writers`` -> ``policy.services.confirmation_record_decision`` (or
+   ``confirmation_approval_record``, the first of four eyes): the record's write, inside the
+   run's one commit transaction, so the confirmation and the run move together or not at all.
+
+An edit and a note (``runs.answers``) take the same path with their own commit.
 
 Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
 """
