@@ -103,7 +103,7 @@ urlpatterns = [
         name="api-run-observations",
     ),
     path("runs/<str:run_id>/ledger/", runs_api.RunLedger.as_view(), name="api-run-ledger"),
-    path("runs/<str:run_id>/grants/", runs_api.RunGrants.as_view(), name="api-run-grants"),
+    path("runs/<str:run_id>/grants/", policy_api.RunGrants.as_view(), name="api-run-grants"),
     path("confirmations/", policy_api.ConfirmationList.as_view(), name="api-confirmations"),
     # Before "confirmations/<id>/": "batch" is no confirmation id.
     path(

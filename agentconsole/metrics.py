@@ -31,7 +31,6 @@ from typing import Any
 
 import redis
 from django.conf import settings
-from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -48,12 +47,11 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from agentconsole.auth import ExpiringTokenAuthentication
 from agentconsole.celery import app as celery_app
-from policy.models import Confirmation
+from policy import confirmation_selectors
 from policy.roles import is_operator
-from runs import models as m
+from runs import selectors as run_selectors
 from runs import socket_guard
 from runs.calls import records as calls_records
-from runs.domain.handoff import HandoffStatus
 from runs.domain.state import RunState
 from runs.leases import lease_taken_over
 from runs.store import OrmRunStore
@@ -202,20 +200,18 @@ class StateCollector(Collector):
 
     def _runs(self) -> Iterator[Metric]:
         runs = GaugeMetricFamily("agentconsole_runs", "Runs by status.", labels=["status"])
-        for row in m.Run.objects.order_by().values("status").annotate(n=Count("id")):
-            runs.add_metric([row["status"]], row["n"])
+        for status, n in run_selectors.runs_by_status().items():
+            runs.add_metric([status], n)
         yield runs
 
     def _confirmations(self) -> Iterator[Metric]:
-        pending = Confirmation.objects.filter(status="pending").aggregate(
-            n=Count("id"), oldest=Min("requested_at")
-        )
+        pending = confirmation_selectors.pending_confirmations_summary()
         yield GaugeMetricFamily(
             "agentconsole_pending_confirmations",
             "Confirmations waiting for a person.",
-            value=pending["n"],
+            value=pending.count,
         )
-        oldest = pending["oldest"]
+        oldest = pending.oldest_requested_at
         age = (timezone.now() - oldest).total_seconds() if oldest else 0.0
         yield GaugeMetricFamily(
             "agentconsole_oldest_pending_confirmation_age_seconds",
@@ -227,14 +223,7 @@ class StateCollector(Collector):
         handoffs = GaugeMetricFamily(
             "agentconsole_open_handoffs", "Unresolved handoffs, by status.", labels=["status"]
         )
-        counts = dict.fromkeys((HandoffStatus.OPEN.value, HandoffStatus.CLAIMED.value), 0)
-        rows = (
-            m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED.value)
-            .order_by()
-            .values("status")
-            .annotate(n=Count("id"))
-        )
-        counts.update({row["status"]: row["n"] for row in rows})
+        counts = run_selectors.unresolved_handoffs_by_status()
         for status, n in sorted(counts.items()):
             handoffs.add_metric([status], n)
         yield handoffs
@@ -245,11 +234,8 @@ class StateCollector(Collector):
             "Tool calls by tool and ledger status (started = not settled yet).",
             labels=["tool", "status"],
         )
-        rows = (
-            m.LedgerEntry.objects.order_by().values("tool_name", "status").annotate(n=Count("id"))
-        )
-        for row in rows:
-            calls.add_metric([row["tool_name"], row["status"]], row["n"])
+        for (tool, status), n in run_selectors.tool_calls_by_status().items():
+            calls.add_metric([tool, status], n)
         yield calls
 
     def _queue(self) -> Iterator[Metric]:

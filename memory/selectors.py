@@ -37,6 +37,31 @@ def preferences_for_planner(*, subject: str, purpose: str = "planner") -> dict[s
     }
 
 
+def preference_records_exist(*, subject: str) -> bool:
+    """Whether ``subject`` has any preference record at all, revoked or expired ones included
+    (the fault lab checks that a poisoned write left none)."""
+    return PreferenceRecord.objects.filter(subject=subject).exists()
+
+
+def preference_records_export(*, subject: str) -> list[dict[str, Any]]:
+    """Every preference record of ``subject`` by key, revoked ones included, as plain values:
+    what a scenario's report shows (``runs.selectors.run_export``)."""
+    rows = (
+        PreferenceRecord.objects.filter(subject=subject)
+        .order_by("key")
+        .values(
+            "key",
+            "value",
+            "version",
+            "source_kind",
+            "confirmation_id",
+            "created_by_run",
+            "revoked_at",
+        )
+    )
+    return [dict(row) for row in rows]
+
+
 # ---- console reads: the user's preferences page, a change under review, memory administration
 
 

@@ -1,7 +1,24 @@
-"""HTTP API of confirmations: the operator queue, a confirmation with its provenance, and the
-decision. Thin views: the decision is a run transition (runs.services.confirmation_decide), the
-provenance is what the runtime recorded in the run's trace, with the observations it names
-(runs.selectors); the records are policy's.
+"""HTTP API of confirmations and grants: the operator queue, a confirmation with its provenance,
+the decision, and a run's grants. Policy owns both records: their models, services (writes,
+``policy.services``), selectors (``policy.selectors``, ``confirmation_selectors``,
+``provenance_selectors``) and this API; other apps call those, never the models (issue 25
+item 4). The provenance is what the runtime recorded in the run's trace, with the observations
+it names: runs' reads (``runs.selectors``), handed to ``policy.provenance_selectors``.
+
+A decision crosses between policy and runs three times, each one the design needs:
+
+1. ``_decide`` (here) -> ``runs.services.confirmation_decide``: a decision is the run's
+   transition (the run waits on it), so the run side takes the run's row lock first, as every
+   commit of the run does (another lock order could deadlock with a step or the sweeper).
+2. -> ``policy.services.confirmation_for_decision``: under that lock, the record as a plain
+   value (``PendingConfirmation``: still pending, still the proposal shown, with the approvals
+   already given); the approver rule (``policy.domain.approvers``) and the run's rules
+   (``runs.domain.lifecycle``) turn it into the run's commit, in plain Python.
+3. ``runs.writers`` -> ``policy.services.confirmation_record_decision`` (or
+   ``confirmation_approval_record``, the first of four eyes): the record's write, inside the
+   run's one commit transaction, so the confirmation and the run move together or not at all.
+
+An edit and a note (``runs.answers``) take the same path with their own commit.
 
 Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
 """
@@ -18,11 +35,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from policy import provenance_selectors as policy_provenance
 from policy.domain.approvers import approvals_needed, approver_rule
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
-from policy.models import Confirmation, ConfirmationApproval
+from policy.models import Confirmation, ConfirmationApproval, Grant
 from policy.roles import is_operator, is_reviewer
 from runs import answers as run_answers
 from runs import batch as run_batch
@@ -32,6 +50,22 @@ from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Status
 
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
+
+
+class GrantOut(serializers.ModelSerializer):
+    class Meta:
+        model = Grant
+        fields = ["id", "capability", "resource_scope", "expires_at_step", "max_calls",
+                  "calls_used", "constraints", "created_at"]  # fmt: skip
+
+
+# A run's grants, to whoever may see the run (no docstring: it would be the schema's text).
+class RunGrants(APIView):
+    @extend_schema(responses=GrantOut(many=True))
+    def get(self, request: Request, run_id: str) -> Response:
+        run = run_selectors.access_run(user=request.user, run_id=run_id)
+        rows = Grant.objects.filter(run_id=run.pk).order_by("id")[:1000]
+        return Response(GrantOut(rows, many=True).data)
 
 
 class ApprovalOut(serializers.ModelSerializer):
@@ -95,7 +129,11 @@ class ConfirmationDetail(APIView):
         if c is None:
             raise NotFound("no such confirmation")
         data = ConfirmationOut(c).data
-        data["provenance"] = run_selectors.confirmation_provenance(confirmation=c)
+        data["provenance"] = policy_provenance.confirmation_provenance(
+            c,
+            recorded=run_selectors.recorded_provenance,
+            observations=run_selectors.cited_observations,
+        )
         return Response(data)
 
 

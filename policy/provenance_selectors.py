@@ -85,6 +85,26 @@ def confirmations_provenance(
     return Provenances(out, found)
 
 
+def confirmation_provenance(
+    confirmation: Any, *, recorded: RecordedProvenance, observations: Observations
+) -> dict[str, Any]:
+    """The API's ``provenance`` of one confirmation row (``pk``, ``run_id``, ``proposal``): where
+    each argument came from as the runtime recorded it, and the observations the proposal cites
+    with their trust labels (``cited``). ``recorded`` and ``observations`` are the runs side's
+    reads (``runs.selectors.recorded_provenance``, ``cited_observations``), handed down by the
+    API."""
+    found = confirmations_provenance([confirmation], recorded=recorded, observations=observations)
+    run_id = confirmation.run_id
+    cited = [
+        {
+            "observation_id": i,
+            "trust": found.observations.get((run_id, i), {}).get("trust", "missing"),
+        }
+        for i in cited_ids(confirmation.proposal)
+    ]
+    return {**found.of(confirmation.pk).as_dict(), "cited": cited}
+
+
 def _proposal_id(proposal: Any) -> str | None:
     pid = proposal.get("proposal_id") if isinstance(proposal, dict) else None
     return pid if isinstance(pid, str) else None

@@ -125,11 +125,6 @@ def confirmation_get(*, confirmation_id: str | None) -> ConfirmationRow:
     return row
 
 
-def confirmation_approvals(*, confirmation_id: str) -> list[ConfirmationApproval]:
-    """The approvals recorded for a confirmation, in the order they were given."""
-    return list(ConfirmationApproval.objects.filter(confirmation_id=confirmation_id))
-
-
 def prior_approvals(approvals: Iterable[ConfirmationApproval]) -> list[PriorApproval]:
     """The facts of recorded approvals the approver rule reads."""
     return [

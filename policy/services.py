@@ -4,23 +4,26 @@ Each compare-and-set returns whether its row matched, and the caller decides wha
 the run store (runs.store, runs.writers) calls these inside the one transaction of a step's
 commit and turns a miss into a version conflict, which rolls the whole commit back. Nothing here
 opens a transaction of its own, so a confirmation request commits with the run's own
-compare-and-set or not at all.
+compare-and-set or not at all. What a caller reads here is a plain value
+(``PendingConfirmation``), never a row. A decision's whole path: ``policy.apis``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
 
 from policy import sqlbatch
-from policy.domain.approvers import DEFAULT_RULE
+from policy.domain.approvers import DEFAULT_RULE, PriorApproval
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import ConfirmationApproval, Grant
+from policy.selectors import prior_approvals
 
 
 class ConfirmationMismatch(DomainError):
@@ -36,11 +39,39 @@ class ConfirmationNotPending(DomainError):
 PROPOSAL_CHANGED = "This proposal changed since the page loaded; review it again."
 
 
-def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> ConfirmationRow:
-    """The pending confirmation a person decides, if it is still the one they were shown.
+@dataclass(frozen=True)
+class RecordedApproval:
+    """One approval already given: who and why (the trace names them), and the facts the
+    approver rule reads."""
+
+    username: str
+    reason: str
+    prior: PriorApproval
+
+
+@dataclass(frozen=True)
+class PendingConfirmation:
+    """A pending confirmation as a person's answer reads it (plain values, no row)."""
+
+    confirmation_id: str
+    run_id: str
+    proposal: Any
+    approvers: str
+    tool_name: str
+    tool_version: str
+    # Read only when asked for (a decision, whose approver rule counts them).
+    approvals: tuple[RecordedApproval, ...] = ()
+
+
+def confirmation_for_decision(
+    *, confirmation_id: str, shown_hash: str, approvals: bool = False
+) -> PendingConfirmation:
+    """The pending confirmation a person answers, if it is still the one they were shown; with
+    ``approvals``, the approvals recorded for it, in the order they were given (one query more).
 
     ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
-    the decision is refused (a stale click can never approve a different proposal).
+    the decision is refused (a stale click can never approve a different proposal). The run
+    side (``runs.services.answer_pending``) calls this under the run's row lock.
     """
     row = ConfirmationRow.objects.select_related("decided_by").filter(pk=confirmation_id).first()
     if row is None:
@@ -49,7 +80,20 @@ def confirmation_for_decision(*, confirmation_id: str, shown_hash: str) -> Confi
         raise ConfirmationMismatch(PROPOSAL_CHANGED, confirmation_id=row.pk)
     if row.status != ConfirmationStatus.PENDING.value:
         raise _refusal(row)
-    return row
+    found = ConfirmationApproval.objects.filter(confirmation_id=row.pk) if approvals else None
+    recorded = list(found) if found is not None else []
+    return PendingConfirmation(
+        confirmation_id=row.pk,
+        run_id=row.run_id,
+        proposal=row.proposal,
+        approvers=row.approvers,
+        tool_name=row.tool_name,
+        tool_version=row.tool_version,
+        approvals=tuple(
+            RecordedApproval(a.username, a.reason, prior)
+            for a, prior in zip(recorded, prior_approvals(recorded), strict=True)
+        ),
+    )
 
 
 def confirmation_refusal(*, confirmation_id: str) -> DomainError:

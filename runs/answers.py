@@ -12,6 +12,7 @@ from typing import Any
 from policy.domain.approvers import approver_rule
 from policy.domain.redaction import redact_secrets
 from policy.roles import actor_name, approver_facts, user_or_none
+from policy.services import PendingConfirmation
 from runs.context import RunsContext, resolve
 from runs.domain import edits
 from runs.domain.clock import SYSTEM_CLOCK, Clock
@@ -59,7 +60,7 @@ def confirmation_edit(
     store = ctx.store()
     made: list[Commit] = []
 
-    def answer(row: Any, state: RunState, owner_id: Any) -> Commit:
+    def answer(row: PendingConfirmation, state: RunState, owner_id: Any) -> Commit:
         shown = row.proposal.get("arguments") if isinstance(row.proposal, dict) else None
         facts = edits.EditFacts(
             grants=store.grants(row.run_id),
@@ -70,7 +71,7 @@ def confirmation_edit(
         )
         commit = edits.edit(
             state,
-            confirmation_id=row.pk,
+            confirmation_id=row.confirmation_id,
             rule=approver_rule(row.approvers),
             shown_arguments=shown,
             typed=arguments,
@@ -109,10 +110,10 @@ def confirmation_respond(
     (runs.domain.edits.respond): NOTE_REQUIRED, NOTE_TOO_LONG (400), APPROVER_NOT_ALLOWED
     (403), CONFIRMATION_HASH_MISMATCH / CONFIRMATION_NOT_PENDING (409)."""
 
-    def answer(row: Any, state: RunState, owner_id: Any) -> Commit:
+    def answer(row: PendingConfirmation, state: RunState, owner_id: Any) -> Commit:
         return edits.respond(
             state,
-            confirmation_id=row.pk,
+            confirmation_id=row.confirmation_id,
             rule=approver_rule(row.approvers),
             note=note,
             by=actor_name(by),

@@ -20,7 +20,6 @@ from rest_framework.views import APIView
 from agentconsole import wiring
 from policy.domain.errors import NotFound
 from policy.http import StrictSerializer, validated
-from policy.models import Grant
 from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
@@ -342,13 +341,6 @@ class LedgerOut(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-class GrantOut(serializers.ModelSerializer):
-    class Meta:
-        model = Grant
-        fields = ["id", "capability", "resource_scope", "expires_at_step", "max_calls",
-                  "calls_used", "constraints", "created_at"]  # fmt: skip
-
-
 def _run_list_view(model: Any, out: type, order: str) -> type[APIView]:
     class View(APIView):
         @extend_schema(responses=out(many=True))
@@ -363,7 +355,6 @@ def _run_list_view(model: Any, out: type, order: str) -> type[APIView]:
 
 RunObservations = _run_list_view(m.Observation, ObservationOut, "id")
 RunLedger = _run_list_view(m.LedgerEntry, LedgerOut, "id")
-RunGrants = _run_list_view(Grant, GrantOut, "id")
 
 
 class HandoffOut(serializers.ModelSerializer):

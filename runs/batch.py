@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policy.confirmation_selectors import confirmations_facts
 from policy.domain.canonical import per_run_confirmation_hash
 from policy.domain.errors import DomainError
-from policy.models import Confirmation as ConfirmationRow
 from runs import services
 from runs.context import RunsContext
 from runs.domain.machine import Status
@@ -56,20 +56,17 @@ def _checked(ids: Sequence[str], shown_hash: str) -> dict[str, str]:
         raise BatchInvalid(
             f"At most {MAX_BATCH} confirmations at once.", code="BATCH_TOO_LARGE", max=MAX_BATCH
         )
-    rows = ConfirmationRow.objects.filter(pk__in=wanted).values_list(
-        "pk", "run_id", "tool_name", "tool_version", "hash_scheme"
-    )
     runs: dict[str, str] = {}
-    for pk, run_id, tool, version, scheme in rows:
+    for c in confirmations_facts(confirmation_ids=wanted):
         # A per-run confirmation's hash is the tool's in every run: equal hashes prove nothing
         # about the calls, so it is decided alone, where its card says what it binds.
-        if shown_hash == per_run_confirmation_hash(tool, version, scheme):
+        if shown_hash == per_run_confirmation_hash(c.tool_name, c.tool_version, c.hash_scheme):
             raise BatchInvalid(
                 "A per-run confirmation is decided on its own.",
                 code="BATCH_PER_RUN",
-                confirmation_id=pk,
+                confirmation_id=c.confirmation_id,
             )
-        runs[pk] = run_id
+        runs[c.confirmation_id] = c.run_id
     return runs
 
 

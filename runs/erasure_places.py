@@ -2,48 +2,29 @@
 (issue 21 item 3).
 
 ``ERASED`` is the one list the erase rewrites (``runs.erasure``): each ``Place`` names columns of
-one table and how to find the subject's rows in it. ``NOT_REWRITTEN`` names every other text or
-JSON column of every model, each with the reason the erase leaves it. A test
+one table and how to find the subject's rows in it. Each app declares the places of its own
+models (``policy.erasure_places``, ``memory.erasure_places``) and this list joins them, so runs
+never imports another app's models (issue 25 item 4). ``NOT_REWRITTEN`` names every other text
+or JSON column of every model, each with the reason the erase leaves it. A test
 (``tests/memory/test_erasure_places.py``) holds the two lists to the models: a column added to a
 model and named in neither fails it, so a new copy of a value cannot be forgotten silently. The
 erase test derives the places it fills and checks from ``ERASED``, so a column dropped from it
 fails that test (``tests/memory/test_erase_everywhere.py``).
 
 To add a place that stores a copy (say, unmasked arguments kept for execution): append a
-``Place`` to ``ERASED``, and make the erase test's scenario put a value there.
+``Place`` to its owner's ``ERASED``, and make the erase test's scenario put a value there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
-from typing import Any
-
 from django.db import models
 
-from memory.models import PreferenceHistory, WorkingMemoryItem
-from policy.models import Confirmation, ConfirmationApproval, Grant
+from memory import erasure_places as memory_places
+from policy import erasure_places as policy_places
+from policy.erasure_places import Place
 from runs import models as m
 
-
-@dataclass(frozen=True)
-class Place:
-    """``columns`` of ``model`` can hold a copy of a subject's value.
-
-    ``run`` is the lookup from a row to the id of the run it belongs to; a place of the subject's
-    own memory (``run`` None) is found by its ``subject`` column instead."""
-
-    model: type[models.Model]
-    columns: tuple[str, ...]
-    run: str | None = "run_id"
-
-    def rows(self, *, subject: str, run_ids: Collection[str]) -> Any:
-        # A plain queryset: the trace's own manager refuses every update, and erasure is the one
-        # sanctioned rewrite of its details (never of an event's identity).
-        rows: models.QuerySet[Any] = models.QuerySet(model=self.model)
-        if self.run is None:
-            return rows.filter(subject=subject)
-        return rows.filter(**{f"{self.run}__in": list(run_ids)})
+__all__ = ["ERASED", "NOT_REWRITTEN", "Place", "column_name", "erased_columns"]
 
 
 # The run row itself: its columns are rewritten by ``runs.erasure._erase_run``, after a commit
@@ -63,13 +44,10 @@ ERASED: tuple[Place, ...] = (
     Place(m.Artifact, ("path",)),
     # resolution: the code a tool gave back when a reviewer retried it.
     Place(m.Handoff, ("bundle", "resolution")),
-    # What people typed: an operator's decline, each approver's reason, a revocation's reason.
-    # edit_diff: what a person's edit changed, values as they were shown and typed.
-    Place(Confirmation, ("proposal", "decision_reason", "edit_diff")),
-    Place(ConfirmationApproval, ("reason",), run="confirmation__run_id"),
-    Place(PreferenceHistory, ("reason",), run=None),
-    Place(Grant, ("constraints",)),
-    Place(WorkingMemoryItem, ("content",)),
+    # Each owner's own places: confirmations, approvals and grants (policy), a revocation's
+    # reason and working memory (memory).
+    *policy_places.ERASED,
+    *memory_places.ERASED,
     # A model planner's request (goal, observations, preferences) and the reply it got (its
     # proposals' arguments), kept as the record of each model call (issue 22).
     Place(m.ModelCall, ("request", "reply")),

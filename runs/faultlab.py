@@ -27,7 +27,7 @@ from django.utils import timezone
 from kombu import Queue
 
 from agentconsole.celery import app
-from memory.models import PreferenceRecord
+from memory import selectors as memory_selectors
 from runs import faultlab_calls
 from runs import models as m
 from runs.corpus import demo_corpus_dir, document_load
@@ -67,7 +67,7 @@ def _expect(failures: list[str], ok: bool, what: str) -> None:
 def _check_injection(run: m.Run) -> list[str]:
     f: list[str] = []
     _expect(f, run.status == "completed", f"completed (got {run.status})")
-    _expect(f, not PreferenceRecord.objects.filter(subject=run.subject).exists(), "no preference")
+    _expect(f, not memory_selectors.preference_records_exist(subject=run.subject), "no preference")
     _expect(f, "MEMORY_KEY_NOT_ALLOWED" in _codes(run), "rejection MEMORY_KEY_NOT_ALLOWED")
     _expect(f, not run.ledger.filter(tool_name="save_preference").exists(), "save never ran")
     return f

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory.domain.working import WorkingItem
-from memory.models import WorkingMemoryItem
+from memory.working_rows import working_from_rows, working_read
 from policy import sqlbatch
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from runs import models as m
@@ -56,26 +56,6 @@ def to_observation(row: m.Observation) -> Observation:
         content_hash=row.content_hash,
         citable=row.citable,
     )
-
-
-ITEM_COLUMNS = (
-    "item_id", "kind", "content", "trust", "source_ids", "created_at_step",
-    "expires_after_step", "seq",
-)  # fmt: skip
-
-
-def working_read(run_id: str) -> sqlbatch.Read:
-    return sqlbatch.select(
-        WorkingMemoryItem, ITEM_COLUMNS, {"run": run_id}, order_by=("created_at_step", "seq")
-    )
-
-
-def working_from_rows(rows: list[tuple[Any, ...]]) -> list[WorkingItem]:
-    items = []
-    for row in rows:
-        values = dict(zip(ITEM_COLUMNS, row, strict=True))
-        items.append(WorkingItem(**{**values, "source_ids": tuple(values["source_ids"])}))
-    return items
 
 
 def working_items(run_id: str) -> list[WorkingItem]:

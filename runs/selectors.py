@@ -7,13 +7,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
-from memory.models import PreferenceRecord
-from policy import provenance_selectors as policy_provenance
+from memory import selectors as memory_selectors
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
-from policy.models import Confirmation
 from policy.roles import is_operator, sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
@@ -59,19 +57,7 @@ def run_export(*, run_id: str) -> dict[str, Any]:
         ),
         "grants": policy_selectors.grants_export(run_id=run.pk),
         "confirmations": policy_selectors.confirmations_export(run_id=run.pk),
-        "preferences": list(
-            PreferenceRecord.objects.filter(subject=run.subject)
-            .order_by("key")
-            .values(
-                "key",
-                "value",
-                "version",
-                "source_kind",
-                "confirmation_id",
-                "created_by_run",
-                "revoked_at",
-            )
-        ),
+        "preferences": memory_selectors.preference_records_export(subject=run.subject),
         "artifacts": list(
             m.Artifact.objects.filter(run=run).order_by("id").values("path", "sha256", "size")
         ),
@@ -186,24 +172,6 @@ def access_run(*, user: Any, run_id: str) -> m.Run:
     return run
 
 
-def confirmation_provenance(*, confirmation: Confirmation) -> dict[str, Any]:
-    """The API's ``provenance`` of a confirmation: where each argument came from as the runtime
-    recorded it (policy.provenance_selectors), and the observations the proposal cites with
-    their trust labels (``cited``)."""
-    found = policy_provenance.confirmations_provenance(
-        [confirmation], recorded=recorded_provenance, observations=cited_observations
-    )
-    run_id = confirmation.run_id
-    cited = [
-        {
-            "observation_id": i,
-            "trust": found.observations.get((run_id, i), {}).get("trust", "missing"),
-        }
-        for i in policy_provenance.cited_ids(confirmation.proposal)
-    ]
-    return {**found.of(confirmation.pk).as_dict(), "cited": cited}
-
-
 # What holds a confirmation's proposal, in the trace: the provenance the runtime computed and the
 # confirmation layer's verdict, both committed with the wait (runs.domain.decide).
 _HELD = (ev.PROPOSAL_PROVENANCE, ev.POLICY_CONFIRMATION_CHECKED, ev.PROPOSAL_WAITING_CONFIRMATION)
@@ -282,3 +250,30 @@ def queue_counts() -> dict[str, int]:
         "pending_confirmations": policy_selectors.pending_confirmations_count(),
         "open_handoffs": m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED).count(),
     }
+
+
+# ---- the counts /metrics shows (agentconsole.metrics): plain values, one grouped query each
+
+
+def runs_by_status() -> dict[str, int]:
+    rows = m.Run.objects.order_by().values("status").annotate(n=Count("id"))
+    return {row["status"]: row["n"] for row in rows}
+
+
+def unresolved_handoffs_by_status() -> dict[str, int]:
+    """Open and claimed handoffs, each status named even when there are none."""
+    counts = dict.fromkeys((HandoffStatus.OPEN.value, HandoffStatus.CLAIMED.value), 0)
+    rows = (
+        m.Handoff.objects.exclude(status=HandoffStatus.RESOLVED.value)
+        .order_by()
+        .values("status")
+        .annotate(n=Count("id"))
+    )
+    counts.update({row["status"]: row["n"] for row in rows})
+    return counts
+
+
+def tool_calls_by_status() -> dict[tuple[str, str], int]:
+    """Ledger rows by (tool name, status)."""
+    rows = m.LedgerEntry.objects.order_by().values("tool_name", "status").annotate(n=Count("id"))
+    return {(row["tool_name"], row["status"]): row["n"] for row in rows}

@@ -13,7 +13,6 @@ from typing import Any
 
 from django.db import transaction
 
-from policy import selectors as policy_selectors
 from policy import services as policy_services
 from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
@@ -24,6 +23,7 @@ from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.roles import actor_name, approver_facts, user_or_none
+from policy.services import PendingConfirmation
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
@@ -337,7 +337,7 @@ def confirmation_decide(
     ctx = resolve(ctx)
     registry = ctx.registry
 
-    def answer(row: Any, state: RunState, owner_id: Any) -> Commit:
+    def answer(row: PendingConfirmation, state: RunState, owner_id: Any) -> Commit:
         return _decision_commit(
             row,
             state,
@@ -356,10 +356,11 @@ def confirmation_decide(
         enqueue=enqueue,
         ctx=ctx,
         run_id=run_id,
+        approvals=True,
     )
 
 
-Answer = Callable[[Any, RunState, Any], Commit]
+Answer = Callable[[PendingConfirmation, RunState, Any], Commit]
 
 
 def answer_pending(
@@ -371,6 +372,7 @@ def answer_pending(
     enqueue: bool,
     ctx: RunsContext,
     run_id: str | None = None,
+    approvals: bool = False,
 ) -> RunState:
     """Commit a person's answer to the pending confirmation they were shown (a decision, an
     edit, a response): ``answer(row, state, run_owner_id)`` builds the commit under the run's
@@ -389,16 +391,16 @@ def answer_pending(
                 owner_id = _lock_run(locked)
                 # Read (again) under the lock: what an earlier holder wrote is visible now.
                 row = policy_services.confirmation_for_decision(
-                    confirmation_id=confirmation_id, shown_hash=shown_hash
+                    confirmation_id=confirmation_id, shown_hash=shown_hash, approvals=approvals
                 )
                 if row.run_id != locked:
                     raise NotFound("no such confirmation", confirmation_id=confirmation_id)
                 state = store.load(row.run_id)
                 if (
                     state.status is not Status.WAITING_CONFIRMATION
-                    or state.pending_confirmation_id != row.pk
+                    or state.pending_confirmation_id != row.confirmation_id
                 ):
-                    raise policy_services.confirmation_refusal(confirmation_id=row.pk)
+                    raise policy_services.confirmation_refusal(confirmation_id=row.confirmation_id)
                 state = store.apply(answer(row, state, owner_id), decided_by=user_or_none(by))
                 if enqueue and state.status is not Status.WAITING_CONFIRMATION:
                     _enqueue_on_commit(state.run_id)
@@ -416,7 +418,7 @@ def _lock_run(run_id: str) -> Any:
 
 
 def _decision_commit(
-    row: Any,
+    row: PendingConfirmation,
     state: RunState,
     *,
     run_owner_id: Any,
@@ -427,11 +429,11 @@ def _decision_commit(
 ) -> Commit:
     """The commit of this person's answer, after the approver rule allowed it."""
     rule = approver_rule(row.approvers)
-    recorded = policy_selectors.confirmation_approvals(confirmation_id=row.pk)
+    recorded = row.approvals
     completes, independent = True, False
     if getattr(by, "pk", None) is not None:
         person = approver_facts(by, run_owner_id=run_owner_id, run_subject=state.subject)
-        priors = policy_selectors.prior_approvals(recorded)
+        priors = [a.prior for a in recorded]
         verdict = may_approve(rule, person, priors) if approved else may_decline(rule, person)
         verdict.raise_if_refused()
         completes, independent = verdict.completes, person.independent
@@ -439,7 +441,7 @@ def _decision_commit(
     if approved and not completes:
         return lifecycle.record_approval(
             state,
-            confirmation_id=row.pk,
+            confirmation_id=row.confirmation_id,
             by=actor_name(by),
             reason=reason,
             rule=rule,
@@ -448,7 +450,7 @@ def _decision_commit(
         )
     return lifecycle.decide_confirmation(
         state,
-        confirmation_id=row.pk,
+        confirmation_id=row.confirmation_id,
         approved=approved,
         by=actor_name(by),
         reason=reason,

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from memory.domain.working import WorkingItem, admit
+from memory.working_rows import working_from_rows, working_read
 from policy import selectors as policy_selectors
 from policy import services as policy_services
 from policy import sqlbatch
@@ -48,9 +49,7 @@ from runs.rows import (
     state_fields,
     state_from_row,
     to_observation,
-    working_from_rows,
     working_items,
-    working_read,
 )
 from runs.step_inputs import (
     Inputs,

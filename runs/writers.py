@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from memory.domain.working import WorkingItem, admit
-from memory.models import WorkingMemoryItem
+from memory.working_rows import working_writes
 from notify import services as notify_services
 from notify.domain.rules import EventKind, roles_for_confirmation, roles_for_handoff
 from policy import services as policy_services
@@ -126,18 +126,7 @@ def _working(commit: Commit, at: At) -> list[Write]:
         return []
     # The eviction rule over at most max_items + len(new) items: constant per step.
     kept = admit(list(at.working), commit.working_items, step=at.state.step)
-    current_ids = {i.item_id for i in at.working}
-    # Always one DELETE (of whatever is not kept), so a step costs the same number of
-    # statements whether or not the caps evict something.
-    writes = [
-        sqlbatch.delete(
-            WorkingMemoryItem, {"run": at.run_id}, keep=("item_id", [i.item_id for i in kept])
-        )
-    ]
-    new = [WorkingMemoryItem.from_item(at.run_id, i) for i in kept if i.item_id not in current_ids]
-    if new:
-        writes.append(sqlbatch.insert(new))
-    return writes
+    return working_writes(at.run_id, kept, at.working)
 
 
 def _taint_entries(commit: Commit, at: At) -> list[Write]:

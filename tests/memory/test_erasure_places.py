@@ -14,6 +14,8 @@ import pytest
 from django.apps import apps
 from django.db import models
 
+from memory import erasure_places as memory_places
+from policy import erasure_places as policy_places
 from runs.erasure_places import ERASED, NOT_REWRITTEN, column_name, erased_columns
 from tests.support.db_scan import text_columns
 
@@ -46,3 +48,15 @@ def test_every_place_finds_its_rows() -> None:
     for place in ERASED:
         assert issubclass(place.model, models.Model)
         list(place.rows(subject="alice", run_ids=["r1"]).values("pk", *place.columns))
+
+
+def test_each_app_declares_the_places_of_its_own_models() -> None:
+    """issue 25 item 4: the owner of a model names its erased columns; runs joins the lists
+    (and names its own), so no app reaches into another's models to say what an erase does."""
+    declared = {"policy": policy_places.ERASED, "memory": memory_places.ERASED}
+    for app, places in declared.items():
+        assert places, app
+        assert {p.model._meta.app_label for p in places} == {app}
+        assert set(places) <= set(ERASED), f"{app}'s places are not all joined into ERASED"
+    others = [p for p in ERASED if p not in policy_places.ERASED + memory_places.ERASED]
+    assert {p.model._meta.app_label for p in others} == {"runs"}

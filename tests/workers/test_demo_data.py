@@ -15,6 +15,7 @@ from django.core.management import call_command
 
 from agentconsole import wiring
 from memory.models import PreferenceHistory, PreferenceRecord
+from policy import provenance_selectors
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services
@@ -119,7 +120,11 @@ def test_the_waiting_run_cites_the_poisoned_post_and_does_not_expire_soon(
     pending = Confirmation.objects.get(pk=run.pending_confirmation_id)
     assert pending.status == "pending"
     assert pending.proposal["arguments"] == {"key": "answer_language", "value": "zh-CN"}
-    provenance = selectors.confirmation_provenance(confirmation=pending)
+    provenance = provenance_selectors.confirmation_provenance(
+        pending,
+        recorded=selectors.recorded_provenance,
+        observations=selectors.cited_observations,
+    )
     assert provenance["cited"] == [{"observation_id": "tool-1", "trust": "untrusted-content"}]
     tool_1 = run.observations.get(observation_id="tool-1")
     assert "save_preference" in str(tool_1.content)  # the forum post's injected instruction
