@@ -16,9 +16,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from agentconsole import auth
+from agentconsole.kernel.http import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
 from policy import apis as policy_api
-from policy.http import LimitedJSONParser, StrictSerializer
 from policy.mcp import apis as mcp_apis
 from runs import apis as runs_api
 from runs import profile_apis, trace_apis

@@ -10,11 +10,13 @@ class AgentconsoleConfig(AppConfig):
 
     def ready(self) -> None:
         # import here: models, the user model and the apps' modules are ready only once Django
-        # calls ready(). Importing registers the checks (``@register``; agentconsole/checks.py).
+        # calls ready(). Importing registers the checks (``@register``; agentconsole/checks.py)
+        # and makes the Celery app the current one, so the apps' shared tasks send through it
+        # (the package's __init__ no longer imports it: agentconsole/__init__.py).
         from django.contrib.auth import get_user_model
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, checks, wiring, ws_revoke  # noqa: F401
+        from agentconsole import auth, celery, checks, wiring, ws_revoke  # noqa: F401
         from runs import context
 
         pre_save.connect(

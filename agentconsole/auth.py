@@ -10,8 +10,8 @@ calls ``django.contrib.auth.authenticate``, and ``AUTHENTICATION_BACKENDS`` name
    to count: ``\uff56\uff49\uff43\uff54\uff49\uff4d\uff12`` (fullwidth) is ``victim2`` for
    both, so a spelling can neither sign in uncounted nor dodge the count (item 4);
 2. reserves the attempt, per account and per client address, with an atomic increment
-   (``policy/ratelimit.py``) *before* the password is checked. An attempt that does not fit
-   raises ``LoginThrottled``: 429 with Retry-After on every door, also with the right password,
+   (``agentconsole/kernel/ratelimit.py``) *before* the password is checked. An attempt that does not
+   fit raises ``LoginThrottled``: 429 with Retry-After on every door, also with the right password,
    so guessing cannot go on. Simultaneous guesses each get their own count, so at most the limit
    of them reach the password check (item 5; before, 59 of 80 simultaneous guesses did);
 3. checks the password (Django's ``ModelBackend``);
@@ -61,12 +61,12 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 
-from policy.pages import page_error
-from policy.ratelimit import Place, SlidingWindow, WindowFull
+from agentconsole.kernel.pages import page_error
+from agentconsole.kernel.ratelimit import Place, SlidingWindow, WindowFull
 
 
 class LoginThrottled(exceptions.Throttled):
-    default_code = "login_throttled"  # -> LOGIN_THROTTLED (policy/http.py)
+    default_code = "login_throttled"  # -> LOGIN_THROTTLED (agentconsole/kernel/http.py)
 
     def __init__(self, wait: int) -> None:
         # Not Throttled.__init__: it appends its own "Expected available in..." sentence.

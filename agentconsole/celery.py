@@ -4,9 +4,10 @@ import os
 
 from celery import Celery, signals
 
-from agentconsole import broker
+from agentconsole.kernel import broker
 
-# "agentfs://": the embedded broker whose messages appear atomically (agentconsole/broker.py).
+# "agentfs://": the embedded broker whose messages appear atomically
+# (agentconsole/kernel/broker.py).
 broker.register()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 

@@ -10,8 +10,8 @@ from django.shortcuts import redirect
 from django.utils.decorators import method_decorator
 
 from agentconsole import auth
-from policy.pages import role_required, signed_in
-from policy.roles import is_operator, is_reviewer
+from agentconsole.kernel.pages import role_required, signed_in
+from agentconsole.kernel.roles import is_operator, is_reviewer
 
 
 @method_decorator(auth.sign_in_page, name="dispatch")

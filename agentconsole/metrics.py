@@ -48,8 +48,8 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from agentconsole.auth import ExpiringTokenAuthentication
 from agentconsole.celery import app as celery_app
+from agentconsole.kernel.roles import is_operator
 from policy.models import Confirmation
-from policy.roles import is_operator
 from runs import models as m
 from runs import socket_guard
 from runs.calls import records as calls_records

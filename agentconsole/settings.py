@@ -182,8 +182,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "policy.http.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["policy.http.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "agentconsole.kernel.http.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["agentconsole.kernel.http.LimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
@@ -218,7 +218,7 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "agentfs
 if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
     # Embedded mode: a real worker process with no broker server. Producers and the worker share
     # one folder; a message is written under a temporary name and renamed into place, so a
-    # worker never reads half a message (agentconsole/broker.py; kombu's own transport can).
+    # worker never reads half a message (agentconsole/kernel/broker.py; kombu's own transport can).
     # AGENTCONSOLE_BROKER_DIR lets a test or the fault lab give its worker a private queue.
     _broker_root = Path(os.environ.get("AGENTCONSOLE_BROKER_DIR") or VAR_DIR / "broker")
     _broker_queue = _broker_root / "queue"

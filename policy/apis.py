@@ -3,7 +3,8 @@ decision. Thin views: the decision is a run transition (runs.services.confirmati
 provenance is what the runtime recorded in the run's trace, with the observations it names
 (runs.selectors); the records are policy's.
 
-Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
+Every error leaves as ``{code, message, extra}`` through
+``agentconsole.kernel.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from agentconsole.kernel.http import StrictSerializer, validated
+from agentconsole.kernel.roles import is_operator, is_reviewer
 from policy.domain.approvers import approvals_needed, approver_rule
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
-from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, ConfirmationApproval
-from policy.roles import is_operator, is_reviewer
 from runs import answers as run_answers
 from runs import batch as run_batch
 from runs import selectors as run_selectors

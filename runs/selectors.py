@@ -9,12 +9,12 @@ from typing import Any
 
 from django.db.models import Q
 
+from agentconsole.kernel.roles import is_operator, sees_all_runs
 from memory.models import PreferenceRecord
 from policy import provenance_selectors as policy_provenance
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
 from policy.models import Confirmation
-from policy.roles import is_operator, sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve

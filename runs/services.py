@@ -12,8 +12,10 @@ from typing import Any
 
 from django.db import transaction
 
+from agentconsole.kernel.roles import actor_name, user_or_none
 from policy import selectors as policy_selectors
 from policy import services as policy_services
+from policy.approvers import approver_facts
 from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
@@ -22,7 +24,6 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
-from policy.roles import actor_name, approver_facts, user_or_none
 from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle

@@ -13,9 +13,9 @@ parsed with ``ast``, never imported. Three rules, each with tests of its own bel
    commands, the isolated tool child and the project package itself). Services and selectors
    receive what they need.
 3. The apps (``runs``, ``memory``, ``policy``) import nothing from the project package
-   ``agentconsole`` but the composition root (entry points only, rule 2) and the Celery app;
-   shared helpers live in ``policy``, the base app (``policy.http``, ``policy.roles``,
-   ``policy.admin_base``).
+   ``agentconsole`` but the kernel (``agentconsole.kernel``: shared helpers such as
+   ``agentconsole.kernel.http``, ``agentconsole.kernel.roles``), the composition root (entry points
+   only, rule 2) and the Celery app.
 4. No import inside a function, unless a comment containing ``import here:`` says why: on the
    import's own line, or in the comment lines directly above the block of imports it belongs to.
 """
@@ -53,7 +53,7 @@ ENTRY_POINTS = (
 REASON_MARK = "import here:"
 APPS = ("runs", "memory", "policy", "notify")
 # What an app may import from the project package (rule 2 limits the first to entry points).
-FROM_PROJECT = (WIRING, "agentconsole.celery")
+FROM_PROJECT = (WIRING, "agentconsole.celery", "agentconsole.kernel")
 
 
 def product_files() -> Iterator[Path]:
@@ -299,7 +299,7 @@ def test_cycles_are_found(case: str) -> None:
         ("runs/tasks.py", "from agentconsole import wiring\n", False),
         ("runs/management/commands/sweep.py", "from agentconsole import wiring\n", False),
         ("agentconsole/apps.py", "from agentconsole import wiring\n", False),
-        ("runs/services.py", "from policy.roles import actor_name\n", False),
+        ("runs/services.py", "from agentconsole.kernel.roles import actor_name\n", False),
     ],
 )
 def test_the_composition_root_rule(relative: str, source: str, flagged: bool) -> None:
@@ -313,7 +313,7 @@ PROJECT_PACKAGE_CASES = {
     ("runs/services.py", "def f():\n    import agentconsole.roles\n"): True,
     ("runs/apis.py", "from agentconsole import wiring\n"): False,
     ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
-    ("runs/apis.py", "from policy.http import StrictSerializer\n"): False,
+    ("runs/apis.py", "from agentconsole.kernel.http import StrictSerializer\n"): False,
     ("agentconsole/urls.py", "from agentconsole.errors import error_response\n"): False,
 }
 

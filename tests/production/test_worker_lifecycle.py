@@ -20,7 +20,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from agentconsole import env, heartbeat, logs, worker_lifecycle
-from policy.log_context import run_context
+from agentconsole.kernel.log_context import run_context
 from runs import models as m
 from runs import services
 from runs.leases import lease_taken_over, local_host, local_pid_alive, release_dead_local
