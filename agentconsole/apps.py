@@ -1,5 +1,5 @@
 """The project package as an app: no models; the deployment's system checks and the password
-signal (agentconsole/auth.py; the sign-in throttle is its authentication backend)."""
+signal (agentconsole/access/auth.py; the sign-in throttle is its authentication backend)."""
 
 from django.apps import AppConfig
 
@@ -16,7 +16,8 @@ class AgentconsoleConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import pre_save
 
-        from agentconsole import auth, celery, checks, wiring, ws_revoke  # noqa: F401
+        from agentconsole import celery, checks, wiring  # noqa: F401
+        from agentconsole.access import auth, ws_revoke
         from runs import context
 
         pre_save.connect(

@@ -31,7 +31,7 @@ def _beat_init(sender: object = None, **kwargs: object) -> None:
 
 
 def _refuse_demo_passwords(entry_point: str) -> None:
-    from agentconsole import demo_passwords  # import here: models load after Django setup
+    from agentconsole.access import demo_passwords  # import here: models load after Django setup
 
     try:
         demo_passwords.refuse_demo_passwords(entry_point)
@@ -39,25 +39,25 @@ def _refuse_demo_passwords(entry_point: str) -> None:
         raise SystemExit(str(exc)) from None
 
 
-# Heartbeat and lease release at start and stop of a worker (agentconsole/worker_lifecycle.py).
+# Heartbeat and lease release at start and stop of a worker (agentconsole/ops/worker_lifecycle.py).
 
 
 @signals.worker_ready.connect
 def _worker_ready(sender: object = None, **kwargs: object) -> None:
-    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+    from agentconsole.ops import worker_lifecycle  # import here: models load after Django setup
 
     worker_lifecycle.on_worker_ready(sender=sender)
 
 
 @signals.worker_shutdown.connect
 def _worker_shutdown(sender: object = None, **kwargs: object) -> None:
-    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+    from agentconsole.ops import worker_lifecycle  # import here: models load after Django setup
 
     worker_lifecycle.on_worker_shutdown(sender=sender)
 
 
 @signals.worker_process_init.connect
 def _worker_process_init(**kwargs: object) -> None:
-    from agentconsole import worker_lifecycle  # import here: models load after Django setup
+    from agentconsole.ops import worker_lifecycle  # import here: models load after Django setup
 
     worker_lifecycle.keep_pool_between_tasks(app)

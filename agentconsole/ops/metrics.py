@@ -46,7 +46,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from rest_framework.exceptions import AuthenticationFailed
 
-from agentconsole.auth import ExpiringTokenAuthentication
+from agentconsole.access.auth import ExpiringTokenAuthentication
 from agentconsole.celery import app as celery_app
 from agentconsole.kernel.roles import is_operator
 from policy.models import Confirmation

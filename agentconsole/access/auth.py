@@ -37,7 +37,7 @@ here is ~100 lines and shared with the run-creation rate (``runs/limits.py``).
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
 deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens. An open websocket
-closes when its token or session ends (agentconsole/ws_auth.py, runs/socket_guard.py).
+closes when its token or session ends (agentconsole/access/ws_auth.py, runs/socket_guard.py).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def token_expires_at(token: Any) -> datetime:
 
 
 def token_expired(token: Any, now: datetime | None = None) -> bool:
-    """``now``: an open websocket asks with its own clock (agentconsole/ws_auth.py)."""
+    """``now``: an open websocket asks with its own clock (agentconsole/access/ws_auth.py)."""
     return token_expires_at(token) <= (now or timezone.now())
 
 
@@ -253,8 +253,8 @@ def token_for(user: Any) -> Any:
 
 def live_token(key: str) -> Any | None:
     """The token, with its user, if it is live and its user active (None otherwise; an expired
-    token is deleted). The websocket path (agentconsole/ws_auth.py) uses this; the API uses the
-    class below."""
+    token is deleted). The websocket path (agentconsole/access/ws_auth.py) uses this; the API uses
+    the class below."""
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
         return None

@@ -20,7 +20,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from agentconsole.demo_passwords import DEMO_PASSWORDS
+from agentconsole.access.demo_passwords import DEMO_PASSWORDS
 from agentconsole.kernel.roles import ADMIN, OPERATOR, REVIEWER, USER
 from policy.domain.errors import DomainError
 
