@@ -1,5 +1,6 @@
-"""The project package as an app: no models; the deployment's system checks and the password
-signal (agentconsole/access/auth.py; the sign-in throttle is its authentication backend)."""
+"""The project package as an app: no models; the deployment's system checks, the password
+signal (agentconsole/access/auth.py; the sign-in throttle is its authentication backend), the
+Celery app and the worker's and beat's signals (agentconsole/ops/celery_signals.py)."""
 
 from django.apps import AppConfig
 
@@ -18,11 +19,15 @@ class AgentconsoleConfig(AppConfig):
 
         from agentconsole import celery, checks, wiring  # noqa: F401
         from agentconsole.access import auth, ws_revoke
+        from agentconsole.ops import celery_signals
         from runs import context
 
         pre_save.connect(
             auth.on_user_saved, sender=get_user_model(), dispatch_uid="agentconsole-password"
         )
         ws_revoke.connect()  # rings a user's open sockets to check again (issue 21 item 6)
+        # What a worker and beat do at start and stop: Celery's Django fixup sets Django up
+        # before the first of those signals (agentconsole/ops/celery_signals.py).
+        celery_signals.connect()
         # The default for callers that pass no context (runs.context): the root's own.
         context.install(wiring.context)

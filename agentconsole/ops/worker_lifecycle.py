@@ -1,4 +1,4 @@
-"""What a worker process does when it starts and stops (connected in agentconsole/celery.py).
+"""What a worker process does when it starts and stops (connected by celery_signals.py).
 
 Start (``worker_ready``, in the main process): beat every ``AGENTCONSOLE_WORKER_HEARTBEAT_S``
 (agentconsole/ops/heartbeat.py) so /readyz sees a worker, and start the reaper: at once and every
