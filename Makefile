@@ -29,7 +29,7 @@ migrate: venv
 # The demo accounts (admin/admin, ...) only on a development setup: with DEBUG on, on a fresh
 # database (no user yet), or on every start with AGENTCONSOLE_DEMO=1 (never: AGENTCONSOLE_DEMO=0).
 # With DEBUG off nothing is loaded, and no process (web, worker, beat) starts while a demo
-# password works (agentconsole/demo_passwords.py).
+# password works (agentconsole/access/demo_passwords.py).
 run: venv migrate
 	$(MANAGE) load_demo --auto
 	exec scripts/run.sh

@@ -15,10 +15,10 @@ from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentconsole import auth
+from agentconsole.access import auth
+from agentconsole.kernel.http import LimitedJSONParser, StrictSerializer
 from memory import apis as memory_api
 from policy import apis as policy_api
-from policy.http import LimitedJSONParser, StrictSerializer
 from policy.mcp import apis as mcp_apis
 from runs import apis as runs_api
 from runs import profile_apis, trace_apis
@@ -44,7 +44,7 @@ class StrictObtainAuthToken(ObtainAuthToken):
 
     def post(self, request: Request, *args: object, **kwargs: object) -> Response:
         """The serializer calls ``authenticate``, whose backend applies the sign-in throttle
-        (agentconsole/auth.py): a throttled attempt raises LOGIN_THROTTLED, 429 with
+        (agentconsole/access/auth.py): a throttled attempt raises LOGIN_THROTTLED, 429 with
         Retry-After, through the API's handler."""
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)

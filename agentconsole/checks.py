@@ -1,6 +1,6 @@
 """System checks of a deployment (``manage.py check --deploy``; scripts/run.sh runs it before it
 starts the web server and the worker when DEBUG is off, because daphne runs no checks itself).
-A demo password also stops every entry point on its own (agentconsole/demo_passwords.py)."""
+A demo password also stops every entry point on its own (agentconsole/access/demo_passwords.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from agentconsole import wiring
-from agentconsole.demo_passwords import demo_accounts_with_demo_password
+from agentconsole.access.demo_passwords import demo_accounts_with_demo_password
 
 
 @register(Tags.security, deploy=True)

@@ -9,15 +9,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.decorators import method_decorator
 
-from agentconsole import auth
-from policy.pages import role_required, signed_in
-from policy.roles import is_operator, is_reviewer
+from agentconsole.access import auth
+from agentconsole.kernel.pages import role_required, signed_in
+from agentconsole.kernel.roles import is_operator, is_reviewer
 
 
 @method_decorator(auth.sign_in_page, name="dispatch")
 class LoginView(auth_views.LoginView):
     """Django's login. Its form calls ``authenticate``, whose backend applies the sign-in
-    throttle shared with the API's token view and the admin's login (agentconsole/auth.py)."""
+    throttle shared with the API's token view and the admin's login
+    (agentconsole/access/auth.py)."""
 
     template_name = "registration/login.html"
     redirect_authenticated_user = True

@@ -1,6 +1,6 @@
 """What every console page knows about the person looking at it: their roles and the links of the
-top bar. Pages still check rights themselves (policy.pages.role_required); this only decides what
-is shown."""
+top bar. Pages still check rights themselves (agentconsole.kernel.pages.role_required); this only
+decides what is shown."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from policy.roles import is_admin, is_operator, is_reviewer, roles_of
+from agentconsole.kernel.roles import is_admin, is_operator, is_reviewer, roles_of
 
 # (label, path, who sees the link). Counts ("pending", "handoffs") are filled live by console.js
 # from /ws/console/ for operators and reviewers.

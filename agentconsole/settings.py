@@ -14,9 +14,9 @@ from typing import Any, cast
 
 import dj_database_url
 
-from agentconsole import csp_policy, env
-from agentconsole.notify_env import *  # noqa: F403 -- notifications and e-mail (issue 24 item 4)
-from agentconsole.otel_env import otel_settings
+from agentconsole.config import csp_policy, env
+from agentconsole.config.notify_env import *  # noqa: F403 -- notifications, e-mail (issue 24)
+from agentconsole.config.otel_env import otel_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -38,7 +38,8 @@ if not DEBUG and not os.environ.get("SECRET_KEY"):
 SECRET_KEY = os.environ.get("SECRET_KEY") or env.dev_secret_key(VAR_DIR)
 ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 # Full origins (scheme://host[:port]) other than the request's own that may POST with a session
-# cookie and open a websocket on it (agentconsole/ws_auth.py), e.g. https://console.example.com.
+# cookie and open a websocket on it (agentconsole/access/ws_auth.py), e.g.
+# https://console.example.com.
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 
 
@@ -135,7 +136,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = env.postgres_pool()
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-# HTTP requests in Django at once per web process; the rest wait (agentconsole/admission.py).
+# HTTP requests in Django at once per web process; the rest wait (agentconsole/ops/admission.py).
 WEB_MAX_REQUESTS, WEB_QUEUE_TIMEOUT_S = env.web_admission()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -182,8 +183,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EXCEPTION_HANDLER": "policy.http.exception_handler",
-    "DEFAULT_PARSER_CLASSES": ["policy.http.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "agentconsole.kernel.http.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["agentconsole.kernel.http.LimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
@@ -218,7 +219,7 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "agentfs
 if CELERY_BROKER_URL.startswith(("agentfs://", "filesystem://")):
     # Embedded mode: a real worker process with no broker server. Producers and the worker share
     # one folder; a message is written under a temporary name and renamed into place, so a
-    # worker never reads half a message (agentconsole/broker.py; kombu's own transport can).
+    # worker never reads half a message (agentconsole/kernel/broker.py; kombu's own transport can).
     # AGENTCONSOLE_BROKER_DIR lets a test or the fault lab give its worker a private queue.
     _broker_root = Path(os.environ.get("AGENTCONSOLE_BROKER_DIR") or VAR_DIR / "broker")
     _broker_queue = _broker_root / "queue"
@@ -257,11 +258,12 @@ CELERY_BEAT_SCHEDULE = {
               "options": {"queue": AGENTCONSOLE_CONTROL_QUEUE, "expires": SWEEP_INTERVAL_S}},
     # Retention: expired long-term memory records are purged (an audit entry stays).
     "purge-memory": {"task": "memory.purge_expired", "schedule": 3600.0},
-    # Notifications: due retries, outbox rows a lost message left (agentconsole/notify_env.py).
+    # Notifications: due retries, outbox rows a lost message left
+    # (agentconsole/config/notify_env.py).
     "notify-deliver": NOTIFY_BEAT,  # noqa: F405
 }  # fmt: skip
 
-# --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/auth.py) ---------------
+# --- Sign-in throttle, API tokens, cache (issue 9 item 8; agentconsole/access/auth.py) -----------
 # A block of its own, apart from REST_FRAMEWORK above, so that other changes there merge cleanly.
 
 # Failed sign-ins allowed per account and per client address in a sliding window; then 429.
@@ -277,17 +279,18 @@ AGENTCONSOLE_LOGIN_FAILURES_PER_ADDRESS = int(
 AGENTCONSOLE_CLIENT_IP_HEADER = os.environ.get("AGENTCONSOLE_CLIENT_IP_HEADER", "").strip()
 # API tokens expire this long after they were created (7 days).
 AGENTCONSOLE_TOKEN_TTL_S = float(os.environ.get("AGENTCONSOLE_TOKEN_TTL_S", str(7 * 24 * 3600)))
-AUTHENTICATION_BACKENDS = ["agentconsole.auth.ThrottledModelBackend"]  # every sign-in: throttled
+# Every sign-in is throttled:
+AUTHENTICATION_BACKENDS = ["agentconsole.access.auth.ThrottledModelBackend"]
 REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
     # Token first: an anonymous caller then gets 401 with WWW-Authenticate, not 403.
-    "agentconsole.auth.ExpiringTokenAuthentication",
+    "agentconsole.access.auth.ExpiringTokenAuthentication",
     "rest_framework.authentication.SessionAuthentication",
 ]
 # Rate counts, shared by every web process: Redis with REDIS_URL; else the one process's memory.
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "agentconsole.redis_cache.SharedRedisCache",
+            "BACKEND": "agentconsole.kernel.redis_cache.SharedRedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "agentconsole",
         }
@@ -300,7 +303,7 @@ else:
 # How long a worker's claim on a run lasts without renewal (renewed every 0.2 s while working).
 AGENTCONSOLE_LEASE_TTL_S = float(os.environ.get("AGENTCONSOLE_LEASE_TTL_S", "15"))
 # How often a worker's main process looks for runs held by dead processes of its host and sends
-# them on (agentconsole/worker_lifecycle.py); 0: never (the lease TTL and the sweep, as for a
+# them on (agentconsole/ops/worker_lifecycle.py); 0: never (the lease TTL and the sweep, as for a
 # worker that died on another host).
 AGENTCONSOLE_REAP_INTERVAL_S = float(os.environ.get("AGENTCONSOLE_REAP_INTERVAL_S", "1"))
 
@@ -347,7 +350,7 @@ AGENTCONSOLE_MCP_MAX_IN_FLIGHT = int(os.environ.get("AGENTCONSOLE_MCP_MAX_IN_FLI
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
 AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
 
-# --- OpenTelemetry: off unless asked for (agentconsole/otel_env.py says how) ---------------
+# --- OpenTelemetry: off unless asked for (agentconsole/config/otel_env.py says how) ---------------
 AGENTCONSOLE_OTEL, AGENTCONSOLE_OTEL_ENDPOINT, AGENTCONSOLE_OTEL_SERVICE_NAME = otel_settings()
 
 # --- Logging ----------------------------------------------------------------------------------
@@ -443,7 +446,8 @@ if not DEBUG:
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
     }
 
-# Configuration that is data: JSON in the environment, or a file for secrets (agentconsole/env.py).
+# Configuration that is data: JSON in the environment, or a file for secrets
+# (agentconsole/config/env.py).
 AGENTCONSOLE_TOOL_SECRETS = env.tool_secrets() or AGENTCONSOLE_TOOL_SECRETS
 if (_memory_keys := env.memory_keys()) is not None:  # unset: memory's built-in whitelist
     AGENTCONSOLE_MEMORY_KEYS = _memory_keys
@@ -459,7 +463,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # broker (acks_late) and its runs are released (runs.leases.release_dead_local).
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("AGENTCONSOLE_WORKER_SHUTDOWN_S", "10"))
 
-# Health and metrics (agentconsole/health.py, agentconsole/metrics.py). Each worker writes a
+# Health and metrics (agentconsole/ops/health.py, agentconsole/ops/metrics.py). Each worker writes a
 # heartbeat this often; /readyz wants one younger than the maximum age.
 AGENTCONSOLE_WORKER_HEARTBEAT_S = float(os.environ.get("AGENTCONSOLE_WORKER_HEARTBEAT_S", "5"))
 AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S = float(
@@ -472,10 +476,10 @@ AGENTCONSOLE_READY_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_READY_TIMEOUT_
 AGENTCONSOLE_METRICS_TOKEN = os.environ.get("AGENTCONSOLE_METRICS_TOKEN", "")
 
 # Logs: LOG_FORMAT=json writes one JSON object per line with run_id (and trace ids once tracing
-# is on) where known (agentconsole/logs.py).
+# is on) where known (agentconsole/ops/logs.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
-LOGGING["filters"] = {"run_context": {"()": "agentconsole.logs.RunContextFilter"}}
-LOGGING["formatters"]["json"] = {"()": "agentconsole.logs.JsonFormatter"}
+LOGGING["filters"] = {"run_context": {"()": "agentconsole.ops.logs.RunContextFilter"}}
+LOGGING["formatters"]["json"] = {"()": "agentconsole.ops.logs.JsonFormatter"}
 LOGGING["handlers"]["console"]["filters"] = ["run_context"]
 if LOG_FORMAT == "json":
     LOGGING["handlers"]["console"]["formatter"] = "json"

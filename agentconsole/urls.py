@@ -5,7 +5,9 @@ from django.templatetags.static import static
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
-from agentconsole import auth, console, health, metrics
+from agentconsole import console
+from agentconsole.access import auth
+from agentconsole.ops import health, metrics
 
 
 @require_GET
@@ -23,7 +25,7 @@ def favicon(request: HttpRequest) -> HttpResponseRedirect:
 
 @auth.sign_in_page
 def admin_login(request: HttpRequest) -> HttpResponse:
-    """The admin's login page, under the sign-in throttle (agentconsole/auth.py) like every
+    """The admin's login page, under the sign-in throttle (agentconsole/access/auth.py) like every
     door: the throttle is in ``authenticate``; this only shows its 429 as a page."""
     return admin.site.login(request)
 
@@ -44,7 +46,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("favicon.ico", favicon, name="favicon"),
     # Readiness (database, broker, channel layer, a worker's heartbeat) and the Prometheus
-    # scrape (operators or the metrics token); agentconsole/health.py, agentconsole/metrics.py.
+    # scrape (operators or the metrics token); agentconsole/ops/health.py,
+    # agentconsole/ops/metrics.py.
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),
 ]

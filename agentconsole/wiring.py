@@ -25,9 +25,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from agentconsole import telemetry
-from agentconsole.demo_passwords import refuse_demo_passwords
-from agentconsole.metrics import StepTimingStore, observe_model_latency
+from agentconsole.access.demo_passwords import refuse_demo_passwords
+from agentconsole.ops import telemetry
+from agentconsole.ops.metrics import StepTimingStore, observe_model_latency
 from memory import tools as memory_tools
 from memory.policies import memory_policies
 from memory.selectors import preferences_for_planner
@@ -244,7 +244,8 @@ def planner_for(
 
 
 def store(lease_owner: str | None = None) -> OrmRunStore:
-    # The ORM store, timing each planner step it commits for the metrics (agentconsole/metrics.py).
+    # The ORM store, timing each planner step it commits for the metrics
+    # (agentconsole/ops/metrics.py).
     return StepTimingStore(
         on_commit_events=ring_after_commit,
         lease_owner=lease_owner,

@@ -8,8 +8,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentconsole.settings")
 
 application = get_wsgi_application()
 
-from agentconsole.demo_passwords import refuse_demo_passwords  # noqa: E402 - Django is set up above
+from agentconsole.access.demo_passwords import refuse_demo_passwords  # noqa: E402 - Django is set up above
 
 # A WSGI server that loads the application refuses to serve with DEBUG=0 while a demo password
-# works (agentconsole/demo_passwords.py).
+# works (agentconsole/access/demo_passwords.py).
 refuse_demo_passwords("the web process (WSGI)")

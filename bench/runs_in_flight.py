@@ -187,7 +187,7 @@ def _ours(ctx: Context, model: SlowModel, n: int, window_s: float) -> dict[str, 
         WORKER_CONCURRENCY=WORKER_CONCURRENCY,
         WORKER_NAME=worker,
         # All N creates come at once from one client: they wait their turn in the web process
-        # (agentconsole/admission.py) for as long as the size's window, rather than being told
+        # (agentconsole/ops/admission.py) for as long as the size's window, rather than being told
         # to retry after WEB_QUEUE_TIMEOUT_S (60 s by default; 2,000 creates take about that).
         WEB_QUEUE_TIMEOUT_S=str(window_s),
     )

@@ -72,7 +72,7 @@ def bench_otel_overhead(ctx: Context) -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agentconsole import telemetry
+    from agentconsole.ops import telemetry
     from runs.domain.telemetry import NOOP_TELEMETRY
 
     memory = InMemorySpanExporter()

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
+from agentconsole.kernel.admin_base import ReadOnlyAdmin
 from memory import models as m
-from policy.admin_base import ReadOnlyAdmin
 
 
 @admin.register(m.PreferenceRecord)

@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from agentconsole.kernel.http import StrictSerializer, validated
+from agentconsole.kernel.roles import is_admin
 from memory import services
 from memory.models import MAX_VERSION, PreferenceChange, PreferenceRecord
-from policy.http import StrictSerializer, validated
-from policy.roles import is_admin
 
 SUBJECT = OpenApiParameter("subject", str, description="admins only: another user's memory")
 

@@ -8,11 +8,11 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
+from agentconsole.kernel.roles import is_operator
 from memory.domain.preferences import KeyPolicy, change_payload
 from memory.models import PreferenceChange, PreferenceHistory, PreferenceRecord
 from memory.policies import memory_policies
 from policy.domain.errors import NotFound
-from policy.roles import is_operator
 
 
 def preferences_active(*, subject: str) -> list[PreferenceRecord]:

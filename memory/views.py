@@ -23,6 +23,14 @@ from django.urls import URLPattern, path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from agentconsole import wiring
+from agentconsole.kernel.pages import (
+    canonical_json,
+    domain_errors,
+    page_error,
+    role_required,
+    signed_in,
+)
+from agentconsole.kernel.roles import is_operator
 from memory import console_services, selectors, services
 from memory.forms import (
     AdminRevokeForm,
@@ -33,8 +41,6 @@ from memory.forms import (
     SearchForm,
     form_errors,
 )
-from policy.pages import canonical_json, domain_errors, page_error, role_required, signed_in
-from policy.roles import is_operator
 
 PREFERENCES = "/preferences/"
 

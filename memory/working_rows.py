@@ -2,10 +2,10 @@
 the run store (``runs.store``, ``runs.writers``) composes these statements into a step's one
 read and one commit (issue 25 item 4: other apps never import memory's models).
 
-Plain statements of ``policy.sqlbatch``, never run here: the reads join the run row's round
-trip and the writes the commit's own transaction, so a step's working memory commits with the
-run's compare-and-set or not at all. Nothing here imports ``runs`` (``memory.services`` does,
-and the run store imports this module).
+Plain statements of ``agentconsole.kernel.sqlbatch``, never run here: the reads join the run
+row's round trip and the writes the commit's own transaction, so a step's working memory
+commits with the run's compare-and-set or not at all. Nothing here imports ``runs``
+(``memory.services`` does, and the run store imports this module).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentconsole.kernel import sqlbatch
 from memory.domain.working import WorkingItem
 from memory.models import WorkingMemoryItem
-from policy import sqlbatch
 
 ITEM_COLUMNS = (
     "item_id", "kind", "content", "trust", "source_ids", "created_at_step",

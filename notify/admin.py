@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from agentconsole.kernel.admin_base import ReadOnlyAdmin
 from notify import models as m
-from policy.admin_base import ReadOnlyAdmin
 
 
 @admin.register(m.Subscription)

@@ -16,13 +16,13 @@ from django.shortcuts import redirect, render
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_http_methods, require_POST
 
+from agentconsole.kernel.pages import domain_errors, page_error, role_required
+from agentconsole.kernel.roles import is_operator
+from agentconsole.kernel.status import domain_status
 from notify import selectors, services
 from notify.domain.rules import EventKind, TargetKind, is_loopback
 from notify.forms import EVENT_LABELS, SubscriptionForm, form_error
 from policy.domain.errors import DomainError
-from policy.pages import domain_errors, page_error, role_required
-from policy.roles import is_operator
-from policy.status import domain_status
 from runs import profiles
 
 PAGE = "/notifications/"

@@ -1,8 +1,9 @@
 from django.contrib import admin
 
 from agentconsole import wiring
+from agentconsole.kernel.admin_base import ReadOnlyAdmin, pretty
 from policy import models as m
-from policy.admin_base import ReadOnlyAdmin, masked_proposal, pretty
+from policy.admin_masking import masked_proposal
 
 
 @admin.register(m.Grant)

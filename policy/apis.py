@@ -20,7 +20,8 @@ A decision crosses between policy and runs three times, each one the design need
 
 An edit and a note (``runs.answers``) take the same path with their own commit.
 
-Every error leaves as ``{code, message, extra}`` through ``policy.http.exception_handler``.
+Every error leaves as ``{code, message, extra}`` through
+``agentconsole.kernel.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from agentconsole.kernel.http import StrictSerializer, validated
+from agentconsole.kernel.roles import is_operator, is_reviewer
 from policy import provenance_selectors as policy_provenance
 from policy.domain.approvers import approvals_needed, approver_rule
 from policy.domain.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
-from policy.http import StrictSerializer, validated
 from policy.models import Confirmation, ConfirmationApproval, Grant
-from policy.roles import is_operator, is_reviewer
 from runs import answers as run_answers
 from runs import batch as run_batch
 from runs import selectors as run_selectors

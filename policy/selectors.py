@@ -10,7 +10,8 @@ from typing import Any
 
 from django.db.models import F, Q
 
-from policy import sqlbatch
+from agentconsole.kernel import roles, sqlbatch
+from policy.approvers import approver_facts
 from policy.domain.approvers import (
     ApproverRule,
     PriorApproval,
@@ -41,7 +42,6 @@ from policy.provenance_selectors import (
     cited_ids,
     confirmations_provenance,
 )
-from policy.roles import approver_facts, is_operator
 from runs.domain import writes
 
 QUEUE_LIMIT = 100  # the operator queue shows the oldest hundred and says how many wait in all
@@ -352,9 +352,9 @@ def _cards(
 
 
 def decidable_by(viewer: Any) -> Q:
-    """The confirmations whose rule lets ``viewer`` decide them, as a filter (the run is the
-    viewer's own when they started it or it was started for them: policy.roles.approver_facts)."""
-    operator = is_operator(viewer)
+    """The confirmations whose rule lets ``viewer`` decide them, as a filter (the run is their own
+    when they started it or it was started for them: policy.approvers.approver_facts)."""
+    operator = roles.is_operator(viewer)
     own = Q(run__owner_id=viewer.pk) | Q(run__subject=viewer.get_username())
     when_own = rules_allowing(is_operator=operator, own=True)
     when_not = rules_allowing(is_operator=operator, own=False)

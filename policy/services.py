@@ -16,7 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from policy import sqlbatch
+from agentconsole.kernel import sqlbatch
 from policy.domain.approvers import DEFAULT_RULE, PriorApproval
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound

@@ -26,6 +26,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from agentconsole import wiring
+from agentconsole.kernel.pages import domain_errors, page_error, role_required
+from agentconsole.kernel.roles import is_operator
+from agentconsole.kernel.status import domain_status
 from policy import queue_list, queue_similar
 from policy import selectors as policy_selectors
 from policy.domain import strict_json
@@ -33,9 +36,6 @@ from policy.domain.edits import EditInvalid
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.registry import ToolRegistry
 from policy.domain.strict_json import JsonRefused
-from policy.pages import domain_errors, page_error, role_required
-from policy.roles import is_operator
-from policy.status import domain_status
 from runs import answers as run_answers
 from runs import batch as run_batch
 from runs import selectors as run_selectors

@@ -3,7 +3,8 @@ from typing import Any
 from django.contrib import admin
 
 from agentconsole import wiring
-from policy.admin_base import ReadOnlyAdmin, masked_arguments, masked_proposal, pretty
+from agentconsole.kernel.admin_base import ReadOnlyAdmin, pretty
+from policy.admin_masking import masked_arguments, masked_proposal
 from runs import models as m
 
 # Every page shows stored content only (secrets were redacted before storage) and never a field

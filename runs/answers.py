@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentconsole.kernel.roles import actor_name, user_or_none
+from policy.approvers import approver_facts
 from policy.domain.approvers import approver_rule
 from policy.domain.redaction import redact_secrets
-from policy.roles import actor_name, approver_facts, user_or_none
 from policy.services import PendingConfirmation
 from runs.context import RunsContext, resolve
 from runs.domain import edits

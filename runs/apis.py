@@ -1,7 +1,7 @@
 """HTTP API of runs, trace, confirmations and handoffs: thin views over services and selectors.
 
 One APIView per operation, nested input/output serializers (HackSoft style). Errors leave as
-``{code, message, extra}`` through ``policy.http.exception_handler``.
+``{code, message, extra}`` through ``agentconsole.kernel.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
+from agentconsole.kernel.http import StrictSerializer, validated
+from agentconsole.kernel.roles import is_admin, is_operator, is_reviewer
 from policy.domain.errors import NotFound
-from policy.http import StrictSerializer, validated
-from policy.roles import is_admin, is_operator, is_reviewer
 from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
 from runs.domain import model_planning, timeline

@@ -17,9 +17,9 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from agentconsole.kernel.pages import pretty_json
+from agentconsole.kernel.roles import is_operator
 from policy.domain.errors import DomainError
-from policy.pages import pretty_json
-from policy.roles import is_operator
 from runs import models as m
 from runs import profiles, selectors
 from runs.domain.handoff import HandoffStatus

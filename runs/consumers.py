@@ -43,9 +43,9 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agentconsole import wiring
+from agentconsole.kernel.roles import is_operator, is_reviewer
 from policy import queue_list
 from policy.domain.errors import DomainError
-from policy.roles import is_operator, is_reviewer
 from runs import models as m
 from runs import selectors
 from runs.domain import timeline

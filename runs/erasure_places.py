@@ -71,7 +71,8 @@ NOT_REWRITTEN: dict[str, str] = {
     "admin.LogEntry.object_id": _ID,
     "admin.LogEntry.object_repr": (
         "the name of an object changed in the admin: every runtime model's admin is read-only "
-        "(policy.admin_base.ReadOnlyAdmin); only documents, users and groups are edited there"
+        "(agentconsole.kernel.admin_base.ReadOnlyAdmin); only documents, users and groups are "
+        "edited there"
     ),
     "admin.LogEntry.change_message": "the names of the fields an admin changed, not their values",
     "auth.Permission.name": _SCHEMA,

@@ -13,12 +13,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agentconsole.kernel.roles import actor_name, user_or_none
 from policy.domain.contracts import CancelSignal
 from policy.domain.decisions import reissue
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.redaction import redact_secrets
-from policy.roles import actor_name, user_or_none
 from runs import models as m
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 # Sent with ``run_ids`` when runs are taken from a worker that stopped renewing their leases:
 # a worker took an expired lease, or ``release_dead_local`` freed the leases of dead processes.
-# The metrics count takeovers from it (agentconsole/metrics.py).
+# The metrics count takeovers from it (agentconsole/ops/metrics.py).
 lease_taken_over = Signal()
 
 

@@ -16,9 +16,9 @@ own name), so every limit counts per subject:
 - ``create_rate``: runs a person may start per period (``"30/min"``), counted per user who asks
   (the run's owner) in ``run_create`` itself, so the API and the console's ``/runs/new/`` share
   one count and no door can skip it (issue 21 item 7: the console's page did). The count is
-  ``policy.ratelimit``'s, a place reserved atomically before the run is created, so simultaneous
-  requests do not pass it either. Callers that act on nobody's request are not counted: they
-  pass no owner, or (the scenario runner, which the demo loader uses) limits without the rate.
+  ``agentconsole.kernel.ratelimit``'s, a place reserved atomically before the run is created, so
+  simultaneous requests do not pass it either. Callers that act on nobody's request are not counted:
+  they pass no owner, or (the scenario runner, which the demo loader uses) limits without the rate.
 
 A limit of 0 switches that limit off. Values come from settings (env-driven, see the
 "Per-subject limits" block in agentconsole/settings.py); callers that need other values (a
@@ -37,8 +37,8 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db.models import Case, F, Q, Value, When
 
+from agentconsole.kernel.ratelimit import SlidingWindow, WindowFull, parse_rate
 from policy.domain.errors import DomainError
-from policy.ratelimit import SlidingWindow, WindowFull, parse_rate
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL
 from runs.models import Run, SubjectUsage

@@ -17,10 +17,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from agentconsole.kernel.roles import actor_name, is_operator
 from policy.domain.errors import DomainError
 from policy.domain.redaction import redact_secrets
 from policy.domain.tool_policy import ToolPolicyInvalid, parse_tool_policy, tool_facts
-from policy.roles import actor_name, is_operator
 from runs import selectors, services
 from runs.context import RunsContext, resolve
 from runs.domain.profiles import (

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentconsole.kernel import sqlbatch
 from memory.domain.working import WorkingItem
 from memory.working_rows import working_from_rows, working_read
-from policy import sqlbatch
 from policy.domain.observations import Observation, ObservationKind, TrustLabel
 from runs import models as m
 from runs.domain.state import RunState

@@ -9,10 +9,10 @@ from typing import Any
 
 from django.db.models import Count, Q
 
+from agentconsole.kernel.roles import is_operator, sees_all_runs
 from memory import selectors as memory_selectors
 from policy import selectors as policy_selectors
 from policy.domain.errors import NotFound
-from policy.roles import is_operator, sees_all_runs
 from policy.selectors import confirmation_get as confirmation_get  # runs' callers read it here
 from runs import models as m
 from runs.context import RunsContext, resolve
@@ -252,7 +252,7 @@ def queue_counts() -> dict[str, int]:
     }
 
 
-# ---- the counts /metrics shows (agentconsole.metrics): plain values, one grouped query each
+# ---- the counts /metrics shows (agentconsole.ops.metrics): plain values, one grouped query each
 
 
 def runs_by_status() -> dict[str, int]:

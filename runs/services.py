@@ -13,7 +13,9 @@ from typing import Any
 
 from django.db import transaction
 
+from agentconsole.kernel.roles import actor_name, user_or_none
 from policy import services as policy_services
+from policy.approvers import approver_facts
 from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
 from policy.domain.confirmations import Confirmation, ConfirmationStatus
@@ -22,7 +24,6 @@ from policy.domain.grants import CapabilityGrant
 from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
-from policy.roles import actor_name, approver_facts, user_or_none
 from policy.services import PendingConfirmation
 from runs import erasure
 from runs.context import RunsContext, resolve
@@ -141,10 +142,9 @@ def _first_step(state: RunState, context: RunsContext, clock: Clock) -> RunState
     turn (a message, a lease, a load, two commits) came first, and a burst of creates waited
     in the workers' queue before any model was asked (the runs-in-flight bench).
 
-    No lease: nobody else can see the run before this transaction commits. The runner is a
-    worker's, so the step is the one a worker would take (its quota, context and request).
-    In a savepoint: a step that fails here leaves the created run, and a worker takes it
-    (the caller sends the message for a run still ``created``).
+    No lease: nobody else can see the run before this transaction commits. A worker's runner
+    takes the step. In a savepoint: a step that fails here leaves the created run, and a
+    worker takes it (the caller sends the message for a run still ``created``).
     """
     try:
         with transaction.atomic():

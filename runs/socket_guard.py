@@ -1,8 +1,8 @@
 """An open socket does not outlive what let it open (issue 21 item 6).
 
-A socket is authenticated once, at connect (agentconsole/ws_auth.py), which leaves in the scope
-how: a ``credential`` (a token's key and expiry, or a session's key; the user's id) that can be
-asked again whether it still signs that user in. The socket closes once it does not (the token
+A socket is authenticated once, at connect (agentconsole/access/ws_auth.py), which leaves in the
+scope how: a ``credential`` (a token's key and expiry, or a session's key; the user's id) that can
+be asked again whether it still signs that user in. The socket closes once it does not (the token
 was revoked or expired, the session ended — signed out, expired, or the password changed —, the
 user was deactivated) or once the user may no longer watch what the socket shows (a role
 removed, the run no longer theirs to see). It checks again:
@@ -11,8 +11,8 @@ removed, the run no longer theirs to see). It checks again:
    after the read finished, so it sees every revocation committed before anything it would
    send: nothing committed after a revocation reaches the socket, lost rings or not;
 2. at once when the user's doorbell rings (``runs.doorbell.ring_user``, rung after commit by
-   agentconsole/ws_revoke.py when a token or session is deleted, or a password, active flag or
-   role changes): closing is near-immediate;
+   agentconsole/access/ws_revoke.py when a token or session is deleted, or a password, active flag
+   or role changes): closing is near-immediate;
 3. every ``AGENTCONSOLE_WS_RECHECK_S`` seconds: the bound when that ring is lost (the in-memory
    layer across processes, a Redis hiccup, ``changepassword`` run elsewhere) and for what nobody
    rings: a token or session that expires.
@@ -42,7 +42,7 @@ from django.db import DatabaseError, connection
 
 from runs.doorbell import user_group
 
-# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/metrics.py).
+# Accepted sockets of this web process, by kind (the /metrics gauge; agentconsole/ops/metrics.py).
 # One event loop per daphne process runs every consumer, so plain integers need no lock. Kept
 # here, not in runs.consumers: the metrics read it, and the consumers import the composition
 # root (the queue's live list reads the tool registry), which imports the metrics.
@@ -73,7 +73,7 @@ Verdict = tuple[int, str] | None  # None: still allowed; else (close code, reaso
 
 
 class Credential(Protocol):
-    """How a socket was authenticated (agentconsole/ws_auth.py). Hashable: equal credentials
+    """How a socket was authenticated (agentconsole/access/ws_auth.py). Hashable: equal credentials
     share checks."""
 
     user_id: Any
@@ -148,7 +148,7 @@ class GuardedSocket(AsyncJsonWebsocketConsumer):
         """At connect, before accept: listen to the user's doorbell, then check. A revocation
         committed after the check rings that doorbell; one committed before, the check sees."""
         credential = self.scope.get("credential")
-        if credential is None:  # not authenticated by agentconsole/ws_auth.py: fail closed
+        if credential is None:  # not authenticated by agentconsole/access/ws_auth.py: fail closed
             return NOT_AUTHENTICATED, ""
         self.guarded_group = user_group(credential.user_id)
         await self.channel_layer.group_add(self.guarded_group, self.channel_name)

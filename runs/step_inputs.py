@@ -3,7 +3,7 @@
 ``OrmRunStore.load(inputs=True)`` reads these with the run in one round trip and keeps them per
 thread as the inputs of that version; ``after`` says what a commit left of them, so a worker
 goes on from the state its own commit made without reading the run again. Plain values and
-plain statements (``policy.sqlbatch``), no model instances.
+plain statements (``agentconsole.kernel.sqlbatch``), no model instances.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentconsole.kernel import sqlbatch
 from memory.domain.working import WorkingItem, admit
-from policy import sqlbatch
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand, restore_command
 from policy.domain.grants import CapabilityGrant

@@ -19,11 +19,12 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
+from agentconsole.kernel import sqlbatch
+from agentconsole.kernel.sqlbatch import Write
 from memory.domain.working import WorkingItem, admit
 from memory.working_rows import working_from_rows, working_read
 from policy import selectors as policy_selectors
 from policy import services as policy_services
-from policy import sqlbatch
 from policy.domain.confirmations import Confirmation
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
@@ -36,7 +37,6 @@ from policy.selectors import (
     grants_from_rows,
     grants_read,
 )
-from policy.sqlbatch import Write
 from runs import models as m
 from runs.domain.calls import CallRecord, call_id, tool_call_id
 from runs.domain.commits import Commit
@@ -78,7 +78,8 @@ class _Missed(Exception):
 
 
 def _rows(model: Any, columns: Sequence[str], where: dict[str, Any], **kw: Any) -> list[Any]:
-    # One plain SELECT (``policy.sqlbatch``): a step's lookups skip the ORM's query building.
+    # One plain SELECT (``agentconsole.kernel.sqlbatch``): a step's lookups skip the ORM's query
+    # building.
     (rows,) = sqlbatch.fetch([sqlbatch.select(model, columns, where, **kw)])
     return rows
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from policy import sqlbatch
+from agentconsole.kernel import sqlbatch
 from policy.domain.taint import Entry, RunIndex, entry_seq
 from runs import models as m
 
@@ -33,7 +33,7 @@ _COLUMNS = ("seq", "observation_id", "trust", "text")
 
 
 # How many sequence numbers a kept copy may be behind and still be read by their list (a plain
-# ``IN``, policy.sqlbatch); further behind, the entries are read by range.
+# ``IN``, agentconsole.kernel.sqlbatch); further behind, the entries are read by range.
 MAX_GAP = 64
 
 

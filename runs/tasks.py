@@ -12,7 +12,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from policy.log_context import run_context
+from agentconsole.kernel.log_context import run_context
 from runs import services
 from runs.sweeper import sweep as run_sweep
 
@@ -35,7 +35,7 @@ def advance_run(self: Any, run_id: str, handed_back: str | None = None) -> str:
         # A run the sweeper recovered came on the control queue, ahead of the backlog, once:
         # its later slices queue with the other runs.
         queue = None
-    # Every log line written while this run advances names it (policy.log_context).
+    # Every log line written while this run advances names it (agentconsole.kernel.log_context).
     with run_context(run_id):
         state = services.run_advance(
             run_id=run_id,

@@ -1,8 +1,8 @@
 """The writers of one commit: one small function per part, applied in one fixed order.
 
 ``OrmRunStore._apply`` (runs.store) builds the run's compare-and-set (``run_write``) and the
-batched parts (``BATCHED``: plain statements, ``policy.sqlbatch``), sends them in one round trip,
-checks their row counts, then runs the parts that need the database's answers as they go
+batched parts (``BATCHED``: plain statements, ``agentconsole.kernel.sqlbatch``), sends them in one
+round trip, checks their row counts, then runs the parts that need the database's answers as they go
 (``AFTER``), all inside the one transaction of ``OrmRunStore.apply``. Each writer writes one part
 of the commit and writes nothing when the commit has no such part, so a step's statement count is
 the count of the parts it carries (tests/services/test_step_queries.py).
@@ -23,14 +23,14 @@ from django.db.models import Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentconsole.kernel import sqlbatch
+from agentconsole.kernel.sqlbatch import Write
 from memory.domain.working import WorkingItem, admit
 from memory.working_rows import working_writes
 from notify import services as notify_services
 from notify.domain.rules import EventKind, roles_for_confirmation, roles_for_handoff
 from policy import services as policy_services
-from policy import sqlbatch
 from policy.domain.canonical import TRACE_SCHEME
-from policy.sqlbatch import Write
 from runs import models as m
 from runs.calls.models import ModelCall
 from runs.domain.calls import OPEN, SETTLED, CallKind, CallStatus, request_hash

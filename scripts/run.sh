@@ -17,7 +17,7 @@ esac
 if ((!debug)); then
     # daphne and celery run no system checks: run the deployment checks here, and refuse to start
     # on an error (e.g. agentconsole.E002, an invalid tool policy). A demo password
-    # (agentconsole.E001) also stops each process on its own (agentconsole/demo_passwords.py).
+    # (agentconsole.E001) also stops each process on its own (agentconsole/access/demo_passwords.py).
     "$BIN/python" manage.py check --deploy --fail-level ERROR
 fi
 

@@ -39,7 +39,7 @@ class DeliveryStatus(enum.StrEnum):
     CANCELLED = "cancelled"  # its subscription was removed first
 
 
-# The roles a subscription may filter on: who acts on the item (policy.roles' names).
+# The roles a subscription may filter on: who acts on the item (agentconsole.kernel.roles' names).
 OPERATOR, REVIEWER, USER = "operator", "reviewer", "user"
 ROLES = (OPERATOR, REVIEWER, USER)
 

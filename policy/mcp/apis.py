@@ -2,7 +2,7 @@
 tools (with pinned/changed state), refresh a listing, accept a tool, switch a server on/off.
 
 Thin views: input serializers, one service or selector each. Every error leaves as
-``{code, message, extra}`` through ``policy.http.exception_handler``.
+``{code, message, extra}`` through ``agentconsole.kernel.http.exception_handler``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentconsole import wiring
-from policy.http import StrictSerializer, validated
+from agentconsole.kernel.http import StrictSerializer, validated
+from agentconsole.kernel.roles import is_operator
 from policy.mcp import selectors as mcp_selectors
 from policy.mcp import services as mcp_services
-from policy.roles import is_operator
 
 
 def _operator(request: Request) -> None:

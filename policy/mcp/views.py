@@ -13,14 +13,14 @@ from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from agentconsole.kernel.pages import page_error, pretty_json, role_required
+from agentconsole.kernel.roles import is_operator
+from agentconsole.kernel.status import domain_status
 from policy.domain.contracts import ConfirmationMode, SideEffect
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.mcp import MAX_TIMEOUT_MS
 from policy.domain.mcp_listing import tool_name_ok
 from policy.mcp import selectors, services
-from policy.pages import page_error, pretty_json, role_required
-from policy.roles import is_operator
-from policy.status import domain_status
 
 PAGE = "console/tools/list.html"
 

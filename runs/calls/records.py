@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
 
-from policy import sqlbatch
+from agentconsole.kernel import sqlbatch
 from runs.calls.models import CallAttempt, ModelCall
 from runs.domain.calls import OPEN, CallKind, CallStatus
 

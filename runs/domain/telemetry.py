@@ -1,7 +1,7 @@
 """The tracing port (issue 12 item 4): what the runner tells a tracing system, as a small protocol.
 
 The domain core does not import OpenTelemetry: the runner talks to ``Telemetry`` and the Django
-side plugs in the OpenTelemetry adapter (``agentconsole.telemetry``). The default is
+side plugs in the OpenTelemetry adapter (``agentconsole.ops.telemetry``). The default is
 ``NOOP_TELEMETRY``: every call returns at once and nothing is allocated per span, so a deployment
 without tracing pays one method call per span.
 

@@ -18,10 +18,10 @@ from django.urls import URLPattern, path
 from django.views.decorators.http import require_GET, require_POST
 
 from agentconsole import wiring
+from agentconsole.kernel.pages import page_error, role_required
+from agentconsole.kernel.roles import is_admin, is_operator, is_reviewer
+from agentconsole.kernel.status import domain_status
 from policy.domain.errors import DomainError
-from policy.pages import page_error, role_required
-from policy.roles import is_admin, is_operator, is_reviewer
-from policy.status import domain_status
 from runs import handoff_selectors as selectors
 from runs import handoffs
 from runs.domain.handoff import RESOLUTION_ACTIONS

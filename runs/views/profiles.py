@@ -18,10 +18,10 @@ from django.urls import URLPattern, path
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agentconsole import wiring
+from agentconsole.kernel.pages import domain_errors, page_error, role_required, signed_in
+from agentconsole.kernel.roles import is_operator
+from agentconsole.kernel.status import domain_status
 from policy.domain.errors import DomainError
-from policy.pages import domain_errors, page_error, role_required, signed_in
-from policy.roles import is_operator
-from policy.status import domain_status
 from runs import profiles
 from runs.domain.profiles import ProfileBudgets
 from runs.limits import LimitError

@@ -15,8 +15,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from agentconsole import wiring
+from agentconsole.kernel.pages import domain_errors, page_error, role_required, signed_in
 from policy.domain.errors import DomainError
-from policy.pages import domain_errors, page_error, role_required, signed_in
 from runs import console_selectors as cs
 from runs import console_services, profiles
 from runs.domain.machine import StopReason

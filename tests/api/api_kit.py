@@ -35,7 +35,7 @@ from tests.support.runs import scenario_run as scenario_run
 
 HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
 
-# The codes a client may rely on (policy/http.py, runs/services.py, runs/handoffs.py,
+# The codes a client may rely on (agentconsole/kernel/http.py, runs/services.py, runs/handoffs.py,
 # memory/services.py). The message is for humans and may change; the code may not.
 NOT_AUTHENTICATED = "NOT_AUTHENTICATED"
 PERMISSION_DENIED = "PERMISSION_DENIED"

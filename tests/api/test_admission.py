@@ -1,4 +1,4 @@
-"""The web process's admission (agentconsole/admission.py): at most ``limit`` HTTP requests in
+"""The web process's admission (agentconsole/ops/admission.py): at most ``limit`` HTTP requests in
 the application at once, the rest let in in the order they came; one that waited too long gets
 503 WEB_BUSY with Retry-After; websockets and /healthz are never held back. Plain asyncio, no
 server: the application is a coroutine that holds each request until the test lets it go.
@@ -10,7 +10,7 @@ import asyncio
 import json
 from typing import Any
 
-from agentconsole.admission import Admission
+from agentconsole.ops.admission import Admission
 
 
 class App:

@@ -137,7 +137,7 @@ def test_every_api_view_parses_json_with_the_guarded_parser() -> None:
     from rest_framework.parsers import JSONParser
 
     from agentconsole import api_urls
-    from policy.http import LimitedJSONParser
+    from agentconsole.kernel.http import LimitedJSONParser
 
     unguarded = []
     for pattern in api_urls.urlpatterns:

@@ -17,7 +17,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.utils import timezone
 
-from agentconsole import health, heartbeat, metrics
+from agentconsole.ops import health, heartbeat, metrics
 from policy.models import Confirmation
 from runs import models as m
 from runs.leases import HANDED_BACK, lease_acquire, lease_hand_back

@@ -50,8 +50,8 @@ def test_run_creation_is_throttled_per_user_with_retry_after(
     """issue 9 item 10: a request-rate limit on run creation: 429 RUN_CREATE_THROTTLED with
     Retry-After; another user and reading are not affected; the window passes.
 
-    The count is a sliding window (policy/ratelimit.py): three runs at the start of a minute
-    weigh 3 until that minute ends and less only after it, so the fourth fits 61 s later."""
+    The count is a sliding window (agentconsole/kernel/ratelimit.py): three runs at the start of a
+    minute weigh 3 until that minute ends and less only after it, so the fourth fits 61 s later."""
     settings.AGENTCONSOLE_RUN_CREATE_RATE = "3/min"
     settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = 0
     clock = Clock()

@@ -12,7 +12,7 @@ from django.core.cache import caches
 from django.test import Client
 from rest_framework.test import APIClient
 
-from agentconsole import auth
+from agentconsole.access import auth
 from tests.api import api_kit as kit
 
 pytestmark = pytest.mark.django_db

@@ -1,8 +1,8 @@
-"""How the product's modules import each other: no cycles, one composition root, imports on top.
+"""How the product's modules import each other: one way, from the entry points down to the kernel.
 
-The product is every ``.py`` file under ``agentconsole/``, ``runs/``, ``memory/`` and ``policy/``
-except migrations (frozen history that Django's loader runs and no module imports). Files are
-parsed with ``ast``, never imported. Three rules, each with tests of its own below:
+The product is every ``.py`` file under ``agentconsole/``, ``runs/``, ``memory/``, ``policy/`` and
+``notify/`` except migrations (frozen history that Django's loader runs and no module imports).
+Files are parsed with ``ast``, never imported. The rules, each with tests of its own below:
 
 1. No import cycle between product modules. Every import counts, at module level or inside a
    function (an import inside a function only postpones the cycle to the first call). Importing
@@ -10,14 +10,24 @@ parsed with ``ast``, never imported. Three rules, each with tests of its own bel
    except a module's own packages (Python initialises them before the module, never after).
 2. ``agentconsole.wiring``, the composition root, is imported only by entry points
    (``ENTRY_POINTS``: Celery tasks, API views, console and admin views, consumers, management
-   commands, the isolated tool child and the project package itself). Services and selectors
-   receive what they need.
-3. The apps (``runs``, ``memory``, ``policy``) import nothing from the project package
-   ``agentconsole`` but the composition root (entry points only, rule 2) and the Celery app;
-   shared helpers live in ``policy``, the base app (``policy.http``, ``policy.roles``,
-   ``policy.admin_base``).
+   commands, url modules, the isolated tool child and the project package's modules but its
+   kernel and its Celery app). Services and selectors receive what they need.
+3. The apps (``runs``, ``memory``, ``policy``, ``notify``) import nothing from the project package
+   ``agentconsole`` but its kernel (``agentconsole.kernel``: the shared infrastructure, such as
+   ``agentconsole.kernel.http``, ``agentconsole.kernel.roles``), the composition root (entry
+   points only, rule 2) and the Celery app.
 4. No import inside a function, unless a comment containing ``import here:`` says why: on the
    import's own line, or in the comment lines directly above the block of imports it belongs to.
+5. The kernel (``agentconsole/kernel/``) imports no app and nothing of ``agentconsole`` outside
+   the kernel: everything stands on it, so it stands on nothing of theirs. The one named
+   exception, ``KERNEL_FROM_APPS``: three modules of ``policy.domain``, plain Python that imports
+   nothing internal.
+6. No app imports up into entry points: a module that is not itself an entry point never imports
+   one (a service does not import a task module, a view, an API, a url module or a root module
+   of ``agentconsole``). The module imported counts, not the packages above it (importing
+   ``agentconsole.kernel.http`` runs ``agentconsole/__init__.py``, which imports nothing).
+
+Together: entry points -> the apps' services and selectors -> domain -> kernel, one way.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ WIRING = "agentconsole.wiring"
 # Paths (relative to the repository root, fnmatch patterns; ``*`` also crosses ``/``).
 ENTRY_POINTS = (
     "agentconsole/*",
+    "*/urls.py",
     "runs/tasks.py",
     "memory/tasks.py",
     "notify/tasks.py",
@@ -50,10 +61,23 @@ ENTRY_POINTS = (
     # The isolated tool child is a process's main: it sets Django up and looks the tool up.
     "runs/isolated_child.py",
 )
+# Under agentconsole/ but not entry points: the kernel, and the Celery app the apps' tasks and
+# the fault lab send with (its worker's signals are connected from ops: celery_signals.py).
+NOT_ENTRY_POINTS = ("agentconsole/kernel/*", "agentconsole/celery.py")
+KERNEL = "agentconsole.kernel"
 REASON_MARK = "import here:"
 APPS = ("runs", "memory", "policy", "notify")
 # What an app may import from the project package (rule 2 limits the first to entry points).
-FROM_PROJECT = (WIRING, "agentconsole.celery")
+FROM_PROJECT = (WIRING, "agentconsole.celery", KERNEL)
+# What the kernel may import from the apps, and why (rule 5): the errors every domain raises and
+# the JSON forms the HTTP edge and the pages read. They are plain Python at the bottom of the
+# domain order and import nothing internal; moving them into the kernel would make every domain
+# core import a Django-side package (tests/architecture/test_domain_imports.py forbids it).
+KERNEL_FROM_APPS = {
+    "policy.domain.errors": "DomainError: its code gives the HTTP status (status.py, http.py)",
+    "policy.domain.strict_json": "the API's strict JSON parser (http.py)",
+    "policy.domain.canonical": "canonical and pretty JSON the pages and the admin show",
+}
 
 
 def product_files() -> Iterator[Path]:
@@ -142,7 +166,9 @@ def _a_cycle(graph: Mapping[str, Iterable[str]], component: set[str]) -> list[st
 
 
 def is_entry_point(relative: str) -> bool:
-    return any(fnmatch(relative, pattern) for pattern in ENTRY_POINTS)
+    return any(fnmatch(relative, pattern) for pattern in ENTRY_POINTS) and not any(
+        fnmatch(relative, pattern) for pattern in NOT_ENTRY_POINTS
+    )
 
 
 def wiring_violations(relative: str, source: str) -> list[str]:
@@ -166,6 +192,46 @@ def project_import_violations(relative: str, source: str) -> list[str]:
         if imported.split(".")[0] == "agentconsole"
         and not any(imported == ok or imported.startswith(ok + ".") for ok in FROM_PROJECT)
     ]
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def kernel_import_violations(relative: str, source: str) -> list[str]:
+    name, is_package = module_name(relative)
+    if not _under(name, KERNEL):
+        return []
+    found = []
+    for imported in imported_names(source, name, is_package=is_package):
+        root = imported.split(".")[0]
+        if root in APPS and not any(_under(imported, ok) for ok in KERNEL_FROM_APPS):
+            found.append(f"{relative}: imports {imported} (the kernel imports no app)")
+        elif root == "agentconsole" and not _under(imported, KERNEL):
+            found.append(f"{relative}: imports {imported} (the project root sits on the kernel)")
+    return found
+
+
+def entry_point_import_violations(
+    relative: str, source: str, modules: Mapping[str, str]
+) -> list[str]:
+    """Entry points a non-entry-point module imports; ``modules``: dotted name -> relative path
+    of every product module (the imported module is the longest known prefix of a name)."""
+    if is_entry_point(relative):
+        return []
+    name, is_package = module_name(relative)
+    found = []
+    for imported in imported_names(source, name, is_package=is_package):
+        parts = imported.split(".")
+        target = next(
+            (t for t in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if t in modules),
+            None,
+        )
+        if target and target != name and is_entry_point(modules[target]):
+            found.append(
+                f"{relative}: imports {target} (an entry point; nothing below imports one)"
+            )
+    return found
 
 
 def in_function_import_violations(relative: str, source: str) -> list[str]:
@@ -224,9 +290,25 @@ def test_only_entry_points_import_the_composition_root() -> None:
     assert not found, "\n".join(found)
 
 
-def test_apps_import_from_the_project_only_its_root_and_celery_app() -> None:
+def test_apps_import_from_the_project_only_its_kernel_root_and_celery_app() -> None:
     found = [
         v for rel, src in product_sources().items() for v in project_import_violations(rel, src)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_kernel_imports_no_app_and_nothing_of_the_root() -> None:
+    found = [
+        v for rel, src in product_sources().items() for v in kernel_import_violations(rel, src)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_no_app_imports_up_into_an_entry_point() -> None:
+    sources = product_sources()
+    modules = {module_name(relative)[0]: relative for relative in sources}
+    found = [
+        v for rel, src in sources.items() for v in entry_point_import_violations(rel, src, modules)
     ]
     assert not found, "\n".join(found)
 
@@ -299,7 +381,11 @@ def test_cycles_are_found(case: str) -> None:
         ("runs/tasks.py", "from agentconsole import wiring\n", False),
         ("runs/management/commands/sweep.py", "from agentconsole import wiring\n", False),
         ("agentconsole/apps.py", "from agentconsole import wiring\n", False),
-        ("runs/services.py", "from policy.roles import actor_name\n", False),
+        ("agentconsole/ops/metrics.py", "from agentconsole import wiring\n", False),
+        ("runs/urls.py", "from agentconsole import wiring\n", False),
+        ("agentconsole/kernel/pages.py", "from agentconsole import wiring\n", True),
+        ("agentconsole/celery.py", "from agentconsole import wiring\n", True),
+        ("runs/services.py", "from agentconsole.kernel.roles import actor_name\n", False),
     ],
 )
 def test_the_composition_root_rule(relative: str, source: str, flagged: bool) -> None:
@@ -313,7 +399,12 @@ PROJECT_PACKAGE_CASES = {
     ("runs/services.py", "def f():\n    import agentconsole.roles\n"): True,
     ("runs/apis.py", "from agentconsole import wiring\n"): False,
     ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
-    ("runs/apis.py", "from policy.http import StrictSerializer\n"): False,
+    ("runs/apis.py", "from agentconsole.kernel.http import StrictSerializer\n"): False,
+    ("memory/admin.py", "from agentconsole.kernel import admin_base\n"): False,
+    ("notify/views.py", "from agentconsole.kernel.pages import role_required\n"): False,
+    ("runs/services.py", "from agentconsole.ops import metrics\n"): True,
+    ("memory/views.py", "from agentconsole.access.auth import live_token\n"): True,
+    ("policy/selectors.py", "import agentconsole\n"): True,
     ("agentconsole/urls.py", "from agentconsole.errors import error_response\n"): False,
 }
 
@@ -346,3 +437,85 @@ def test_the_project_package_rule(relative: str, source: str) -> None:
 def test_the_import_inside_a_function_rule(source: str, flagged_lines: list[int]) -> None:
     found = in_function_import_violations("runs/x.py", source)
     assert [int(v.split(":")[1]) for v in found] == flagged_lines
+
+
+# (kernel module, its source) -> whether the kernel rule flags it
+KERNEL_CASES = {
+    ("agentconsole/kernel/http.py", "from runs.models import Run\n"): True,
+    ("agentconsole/kernel/pages.py", "from policy import selectors\n"): True,
+    ("agentconsole/kernel/roles.py", "def f():\n    from memory import services\n"): True,
+    ("agentconsole/kernel/__init__.py", "from notify.models import Delivery\n"): True,
+    ("agentconsole/kernel/roles.py", "from agentconsole.access import auth\n"): True,
+    ("agentconsole/kernel/sqlbatch.py", "from agentconsole import celery\n"): True,
+    (
+        "agentconsole/kernel/admin_base.py",
+        "from policy.domain.registry import ToolRegistry\n",
+    ): True,
+    ("agentconsole/kernel/http.py", "from policy.domain.strict_json import JsonRefused\n"): False,
+    ("agentconsole/kernel/status.py", "from policy.domain.errors import DomainError\n"): False,
+    (
+        "agentconsole/kernel/pages.py",
+        "from agentconsole.kernel.status import domain_status\n",
+    ): False,
+    ("agentconsole/kernel/pages.py", "from . import status\n"): False,
+    ("agentconsole/kernel/http.py", "from django.conf import settings\n"): False,
+    ("agentconsole/ops/metrics.py", "from runs import models\n"): False,
+}
+
+
+@pytest.mark.parametrize(("relative", "source"), KERNEL_CASES)
+def test_the_kernel_rule(relative: str, source: str) -> None:
+    flagged = KERNEL_CASES[relative, source]
+    assert bool(kernel_import_violations(relative, source)) is flagged
+
+
+# The product modules the entry-point cases below know, by their paths.
+CASE_MODULES = {
+    module_name(relative)[0]: relative
+    for relative in (
+        "agentconsole/__init__.py",
+        "agentconsole/celery.py",
+        "agentconsole/urls.py",
+        "agentconsole/kernel/__init__.py",
+        "agentconsole/kernel/http.py",
+        "agentconsole/kernel/roles.py",
+        "agentconsole/ops/__init__.py",
+        "agentconsole/ops/metrics.py",
+        "agentconsole/ops/worker_lifecycle.py",
+        "memory/apis.py",
+        "memory/services.py",
+        "runs/__init__.py",
+        "runs/apis.py",
+        "runs/faultlab.py",
+        "runs/services.py",
+        "runs/tasks.py",
+        "runs/urls.py",
+        "runs/views/__init__.py",
+        "runs/views/runs.py",
+    )
+}
+
+# (importing module, its source) -> whether the entry-point rule flags it
+ENTRY_POINT_CASES = {
+    ("runs/services.py", "from runs import tasks\n"): True,
+    ("runs/faultlab.py", "from runs.views.runs import run_page\n"): True,
+    ("memory/services.py", "def f():\n    from memory.apis import MemorySerializer\n"): True,
+    ("runs/services.py", "from agentconsole.ops import metrics\n"): True,
+    ("agentconsole/kernel/http.py", "from agentconsole.urls import urlpatterns\n"): True,
+    ("agentconsole/celery.py", "from agentconsole.ops import worker_lifecycle\n"): True,
+    ("runs/services.py", "import agentconsole\n"): True,
+    ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
+    ("runs/services.py", "from agentconsole.kernel.roles import actor_name\n"): False,
+    ("runs/services.py", "import agentconsole.kernel.http\n"): False,
+    ("runs/tasks.py", "from runs import services\n"): False,
+    ("runs/urls.py", "from runs.views import runs\n"): False,
+    ("runs/apis.py", "from runs import tasks\n"): False,
+    ("agentconsole/ops/metrics.py", "from agentconsole.ops import worker_lifecycle\n"): False,
+    ("runs/services.py", "from runs import faultlab\n"): False,
+}
+
+
+@pytest.mark.parametrize(("relative", "source"), ENTRY_POINT_CASES)
+def test_the_entry_point_rule(relative: str, source: str) -> None:
+    flagged = ENTRY_POINT_CASES[relative, source]
+    assert bool(entry_point_import_violations(relative, source, CASE_MODULES)) is flagged

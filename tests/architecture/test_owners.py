@@ -3,9 +3,9 @@
 Each app (``runs``, ``memory``, ``policy``, ``notify``) owns its models and the services,
 selectors and API over them. Another app, or the project package ``agentconsole``, reads and
 writes those rows only through the owner's services and selectors (plain functions that take and
-return values, or statements of ``policy.sqlbatch`` a caller composes into its own transaction),
-never through the model classes: so an app's tables can change behind its functions, and every
-rule about a record is in one place.
+return values, or statements of ``agentconsole.kernel.sqlbatch`` a caller composes into its own
+transaction), never through the model classes: so an app's tables can change behind its
+functions, and every rule about a record is in one place.
 
 The rule: no module of the product imports ``<app>.models``, ``<app>.<sub>.models`` (say
 ``runs.calls.models``) or anything in them, in any spelling (``import``, ``from … import``,
@@ -81,9 +81,9 @@ CASES = {
     ("runs/writers.py", "from memory import models\n"): True,
     ("runs/batch.py", "import policy.models\n"): True,
     ("runs/faultlab.py", "import memory.models as mm\n"): True,
-    ("agentconsole/metrics.py", "from runs import models as m\n"): True,
-    ("agentconsole/metrics.py", "from runs.calls.models import ModelCall\n"): True,
-    ("agentconsole/metrics.py", "from runs.calls import models\n"): True,
+    ("agentconsole/ops/metrics.py", "from runs import models as m\n"): True,
+    ("agentconsole/ops/metrics.py", "from runs.calls.models import ModelCall\n"): True,
+    ("agentconsole/ops/metrics.py", "from runs.calls import models\n"): True,
     ("memory/services.py", "from runs.models import Run\n"): True,
     ("notify/services.py", "from policy.models import Grant\n"): True,
     ("policy/apis.py", "from notify.models import Subscription\n"): True,
@@ -102,8 +102,8 @@ CASES = {
     # Another app's services, selectors and domain: what the rule asks for.
     ("runs/writers.py", "from memory.working_rows import working_writes\n"): False,
     ("runs/selectors.py", "from memory import selectors as memory_selectors\n"): False,
-    ("agentconsole/metrics.py", "from runs import selectors as run_selectors\n"): False,
-    ("agentconsole/metrics.py", "from policy import confirmation_selectors\n"): False,
+    ("agentconsole/ops/metrics.py", "from runs import selectors as run_selectors\n"): False,
+    ("agentconsole/ops/metrics.py", "from policy import confirmation_selectors\n"): False,
     ("runs/step.py", "from runs.domain.model_planning import ModelRequest\n"): False,
     # Django's and DRF's models are nobody's app.
     ("runs/apis.py", "from django.db import models\n"): False,

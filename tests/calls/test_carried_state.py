@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
+from agentconsole.kernel import sqlbatch
 from policy import selectors as policy_selectors
-from policy import sqlbatch
 from runs import step_inputs
 from runs import store as run_store
 from runs.domain.runner import Runner

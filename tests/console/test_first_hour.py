@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from policy.roles import roles_of
+from agentconsole.kernel.roles import roles_of
 from runs import services
 from runs.models import Document, RunProfile
 from runs.profiles import profile_create, run_from_profile

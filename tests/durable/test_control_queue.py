@@ -1,4 +1,4 @@
-"""The control queue (agentconsole.env.queues): the beat sends the sweep there, every worker
+"""The control queue (agentconsole.config.env.queues): the beat sends the sweep there, every worker
 started without ``-Q`` consumes it beside the runs' queue, and a run the sweep recovered there
 goes back to the runs' queue after its first slice."""
 
@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from kombu import Connection, Consumer, Message, Producer
 
-from agentconsole import env
+from agentconsole.config import env
 from runs import services, tasks
 from tests.support.workers import redis_cleanup
 

@@ -21,7 +21,8 @@ from django.utils import timezone
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentconsole import telemetry, wiring
+from agentconsole import wiring
+from agentconsole.ops import telemetry
 from runs import models as m
 from runs import services
 from runs.calls import records

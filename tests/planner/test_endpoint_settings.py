@@ -1,4 +1,4 @@
-"""``AGENTCONSOLE_MODEL_ENDPOINTS`` from the environment (agentconsole/env.py): one endpoint
+"""``AGENTCONSOLE_MODEL_ENDPOINTS`` from the environment (agentconsole/config/env.py): one endpoint
 from the short variables, several from JSON, each key from its own variable, never inline."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agentconsole import env
+from agentconsole.config import env
 
 
 def test_one_endpoint_from_the_short_variables(monkeypatch: pytest.MonkeyPatch) -> None:

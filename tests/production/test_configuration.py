@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from agentconsole import env
+from agentconsole.config import env
 from tests.production.prod_kit import documented_env, production_env
 from tests.support.workers import worker_database_url
 

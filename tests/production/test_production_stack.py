@@ -36,7 +36,7 @@ import redis
 from django.db import connection
 from django.utils import timezone
 
-from agentconsole import heartbeat
+from agentconsole.ops import heartbeat
 from runs import models as m
 from runs.leases import HANDED_BACK
 from tests.production.prod_kit import production_env

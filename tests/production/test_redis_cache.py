@@ -2,9 +2,9 @@
 
 Django keeps a cache object per context, and under ASGI each request is a context of its own:
 with Django's ``RedisCache`` every request that counted a create or a sign-in built a client
-and connected to Redis again (agentconsole/redis_cache.py). Here twenty cache objects, each as
-a request would get it (made in its own thread), stay alive together and use the cache; Redis's
-own ``CLIENT LIST`` says how many connections they opened. Needs Redis (``REDIS_URL``).
+and connected to Redis again (agentconsole/kernel/redis_cache.py). Here twenty cache objects,
+each as a request would get it (made in its own thread), stay alive together and use the cache;
+Redis's own ``CLIENT LIST`` says how many connections they opened. Needs Redis (``REDIS_URL``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import redis
 from django.core.cache.backends.redis import RedisCache
 
-from agentconsole.redis_cache import SharedRedisCache
+from agentconsole.kernel.redis_cache import SharedRedisCache
 
 URL = os.environ.get("REDIS_URL", "")
 pytestmark = pytest.mark.skipif(not URL, reason="needs Redis: set REDIS_URL")

@@ -9,7 +9,7 @@ documented production environment.
 - Creates within the limits, far more at once than the process has database connections: all
   created. Each request once took a thread and waited for a connection of the pool; a burst
   waited out the pool's time-out and got 503. Requests now wait their turn on the event loop
-  (agentconsole/admission.py).
+  (agentconsole/ops/admission.py).
 
 Clients are raw asyncio sockets on 127.0.0.1 (``bench.burst``): a client library's retries
 would hide a reset.

@@ -1,4 +1,4 @@
-"""What a worker does at start and stop (agentconsole/worker_lifecycle.py): the leases of this
+"""What a worker does at start and stop (agentconsole/ops/worker_lifecycle.py): the leases of this
 host's dead processes are released, the heartbeat is written and removed; and the JSON logs."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from agentconsole import env, heartbeat, logs, worker_lifecycle
-from policy.log_context import run_context
+from agentconsole.config import env
+from agentconsole.kernel.log_context import run_context
+from agentconsole.ops import heartbeat, logs, worker_lifecycle
 from runs import models as m
 from runs import services
 from runs.leases import lease_taken_over, local_host, local_pid_alive, release_dead_local

@@ -5,7 +5,7 @@ changed (a token socket and a session socket), the account deactivated, the role
 watch removed, the session signed out — is tried along each path that can close the socket
 (runs/socket_guard.py):
 
-- ``ring``: the user's doorbell, rung after commit (agentconsole/ws_revoke.py). The periodic
+- ``ring``: the user's doorbell, rung after commit (agentconsole/access/ws_revoke.py). The periodic
   check and the trace's catch-up are out of reach, so only the ring can close it;
 - ``doorbell``: the ring is silenced and events are committed after the revocation: the check
   before sending them closes the socket and not one of them is sent;
@@ -32,10 +32,10 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agentconsole import ws_revoke
+from agentconsole.access import ws_revoke
+from agentconsole.access.ws_auth import TokenOrSessionAuth
 from agentconsole.asgi import application
 from agentconsole.routing import websocket_urlpatterns
-from agentconsole.ws_auth import TokenOrSessionAuth
 from runs import consumers
 from tests.realtime.test_console_socket import _waiting_run
 from tests.realtime.test_trace_socket import _append, _run_for

@@ -1,4 +1,5 @@
-"""A step's reads and writes in one round trip each (``policy.sqlbatch``, ``runs.store``).
+"""A step's reads and writes in one round trip each (``agentconsole.kernel.sqlbatch``,
+``runs.store``).
 
 The statements are built from the models' own fields, so what they write must read back through
 the ORM exactly as an ORM write would; a batch that loses its compare-and-set must leave nothing
@@ -13,7 +14,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agentconsole import wiring
-from policy import sqlbatch
+from agentconsole.kernel import sqlbatch
 from runs import models as m
 from runs.domain import lifecycle
 from runs.domain.errors import VersionConflict

@@ -1,4 +1,4 @@
-"""The named personas of the test suite and what each may do (policy/roles.py,
+"""The named personas of the test suite and what each may do (agentconsole/kernel/roles.py,
 runs/apis.py, memory/apis.py; roles are groups created by policy/migrations/0002_roles.py):
 
 - ``anonymous``: no credentials. Only the schema, the docs and the token endpoint answer; every

@@ -25,7 +25,8 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentconsole import logs, telemetry, wiring
+from agentconsole import wiring
+from agentconsole.ops import logs, telemetry
 from policy import models as policy_models
 from runs import models as run_models
 from runs import services

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentconsole.accounts import ROLES, AccountError, RoleChange, role_grant, role_revoke
+from agentconsole.access.accounts import ROLES, AccountError, RoleChange, role_grant, role_revoke
 
 
 class Command(BaseCommand):

@@ -1,5 +1,5 @@
 """Worker heartbeats: each worker process says "alive at t" every few seconds; /readyz wants one
-recent heartbeat (agentconsole/health.py).
+recent heartbeat (agentconsole/ops/health.py).
 
 Where: Redis (``REDIS_URL``), one sorted set, member = worker name, score = time; so readiness is
 one ZREVRANGE however many workers there are, and a worker on another host counts too. Without

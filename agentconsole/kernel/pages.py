@@ -1,8 +1,8 @@
 """Plumbing shared by the console's pages (server-rendered Django views of every app).
 
 A page refuses in the same words as the API: the stable code and a message, on the console's
-error page, with the API's status for the code (``policy.http.domain_status``). Pages a role may
-not open answer 404, as a foreign run does: their existence is not disclosed.
+error page, with the API's status for the code (``agentconsole.kernel.status.domain_status``). Pages
+a role may not open answer 404, as a foreign run does: their existence is not disclosed.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from agentconsole.kernel.status import domain_status
 from policy.domain.canonical import canonical
 from policy.domain.canonical import pretty_json as pretty_json  # re-exported for views
 from policy.domain.errors import DomainError
-from policy.status import domain_status
 
 View = Callable[..., HttpResponse]
 

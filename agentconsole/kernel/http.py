@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from agentconsole.kernel.status import domain_status
 from policy.domain import strict_json
 from policy.domain.errors import DomainError
 from policy.domain.strict_json import JsonRefused
-from policy.status import domain_status
 
 # DRF exceptions whose code is not simply their ``default_code`` upper-cased.
 _DRF_CODES: dict[type[exceptions.APIException], str] = {

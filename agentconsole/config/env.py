@@ -184,7 +184,7 @@ def postgres_pool() -> dict[str, Any]:
 def web_admission() -> tuple[int, float]:
     """(requests a web process serves at once, seconds one may wait for its turn):
     ``WEB_MAX_REQUESTS`` (default ``DB_POOL_MAX_SIZE``: a thread and a connection each) and
-    ``WEB_QUEUE_TIMEOUT_S`` (default 60), agentconsole/admission.py."""
+    ``WEB_QUEUE_TIMEOUT_S`` (default 60), agentconsole/ops/admission.py."""
     limit = int(os.environ.get("WEB_MAX_REQUESTS") or os.environ.get("DB_POOL_MAX_SIZE", "10"))
     return limit, float(os.environ.get("WEB_QUEUE_TIMEOUT_S", "60"))
 

@@ -3,7 +3,7 @@
 Four checks, each bounded by ``AGENTCONSOLE_READY_TIMEOUT_S``: the database answers, the broker
 answers (the run queue's depth is read), the channel layer answers (a Redis PING; the in-memory
 layer of the embedded deployment always does), and some worker's heartbeat is younger than
-``AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S`` (agentconsole/heartbeat.py): without a worker, runs
+``AGENTCONSOLE_READY_HEARTBEAT_MAX_AGE_S`` (agentconsole/ops/heartbeat.py): without a worker, runs
 would be accepted and never advance. The body names each check and, for a failed one, the kind
 of error (an exception class name: never a URL, a host or a password). Unauthenticated, like
 any probe: it reveals nothing but which dependency is down.
@@ -22,8 +22,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from agentconsole import heartbeat
-from agentconsole.metrics import queue_depth
+from agentconsole.ops import heartbeat
+from agentconsole.ops.metrics import queue_depth
 
 
 def check_database() -> dict[str, Any]:

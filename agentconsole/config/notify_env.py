@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agentconsole.env import positive_seconds
+from agentconsole.config.env import positive_seconds
 
 __all__ = [
     "AGENTCONSOLE_NOTIFY_BACKOFF_MAX_S",

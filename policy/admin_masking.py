@@ -1,29 +1,13 @@
-"""Read-only admin: the admin shows runtime records, it never changes them.
-
-Nobody sets a run status, a ledger outcome or a confirmation decision by hand (seed §14); those
-change only through services and the state machine.
-"""
+"""What the Django admin masks in a proposal's arguments: the tool contract's redacted fields and
+every secret the scanner finds. Policy, not plumbing: it reads the tool registry, so it lives
+here and not beside the read-only admin base (agentconsole/kernel/admin_base.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-
-from policy.domain.canonical import pretty_json
 from policy.domain.redaction import MASK, redact_fields, redact_secrets
 from policy.domain.registry import ToolRegistry
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
 
 
 def masked_arguments(
@@ -54,7 +38,3 @@ def masked_proposal(proposal: Any, *, registry: ToolRegistry) -> Any:
             registry=registry,
         ),
     }
-
-
-def pretty(value: Any) -> str:
-    return pretty_json(value)

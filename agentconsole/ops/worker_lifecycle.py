@@ -1,7 +1,7 @@
-"""What a worker process does when it starts and stops (connected in agentconsole/celery.py).
+"""What a worker process does when it starts and stops (connected by celery_signals.py).
 
 Start (``worker_ready``, in the main process): beat every ``AGENTCONSOLE_WORKER_HEARTBEAT_S``
-(agentconsole/heartbeat.py) so /readyz sees a worker, and start the reaper: at once and every
+(agentconsole/ops/heartbeat.py) so /readyz sees a worker, and start the reaper: at once and every
 ``AGENTCONSOLE_REAP_INTERVAL_S``, the runs held by processes of this host that no longer exist
 (a predecessor killed with SIGKILL, a pool process the kernel killed, a sibling worker's) are
 sent on at once to a queue this worker consumes (``runs.sweeper.recover_dead_local``). The main
@@ -31,7 +31,7 @@ from django.conf import settings
 from django.core.cache import close_caches
 from django.db import close_old_connections, connections
 
-from agentconsole import heartbeat
+from agentconsole.ops import heartbeat
 from runs.leases import release_dead_local
 from runs.sweeper import recover_dead_local
 

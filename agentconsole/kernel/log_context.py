@@ -1,6 +1,6 @@
 """The run a log line belongs to: a context variable the adapters set while they work on a run
 (a Celery task, a websocket consumer) and the project's log filter reads
-(agentconsole/logs.py). Here, in the base app, so that every app may set it."""
+(agentconsole/ops/logs.py). Here, in the kernel, so that every app may set it."""
 
 from __future__ import annotations
 

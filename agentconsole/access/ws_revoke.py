@@ -5,11 +5,11 @@ and the user's roles from the database and closes if they no longer hold
 (runs/socket_guard.py). So ringing too often costs a check, never a wrong close, and every ring
 goes out after commit: a socket that checks at once sees what the ring announces. Rung when:
 
-- a token is deleted: ``DELETE /api/auth/token/``, a password change (agentconsole/auth.py), the
-  admin, an expired token deleted on sight;
+- a token is deleted: ``DELETE /api/auth/token/``, a password change (agentconsole/access/auth.py),
+  the admin, an expired token deleted on sight;
 - a user's password, active flag or superuser flag is saved, or the user is deleted;
-- a user leaves a group (roles are groups, policy/roles.py), from either side of the relation,
-  or a group is renamed or deleted;
+- a user leaves a group (roles are groups, agentconsole/kernel/roles.py), from either side of the
+  relation, or a group is renamed or deleted;
 - a database session is deleted: sign-out, a session key cycled (a password change by the user
   themselves), ``clearsessions``. Sessions in a store without rows (cache, signed cookies) are
   not rung: the periodic check finds those.

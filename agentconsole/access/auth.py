@@ -10,8 +10,8 @@ calls ``django.contrib.auth.authenticate``, and ``AUTHENTICATION_BACKENDS`` name
    to count: ``\uff56\uff49\uff43\uff54\uff49\uff4d\uff12`` (fullwidth) is ``victim2`` for
    both, so a spelling can neither sign in uncounted nor dodge the count (item 4);
 2. reserves the attempt, per account and per client address, with an atomic increment
-   (``policy/ratelimit.py``) *before* the password is checked. An attempt that does not fit
-   raises ``LoginThrottled``: 429 with Retry-After on every door, also with the right password,
+   (``agentconsole/kernel/ratelimit.py``) *before* the password is checked. An attempt that does not
+   fit raises ``LoginThrottled``: 429 with Retry-After on every door, also with the right password,
    so guessing cannot go on. Simultaneous guesses each get their own count, so at most the limit
    of them reach the password check (item 5; before, 59 of 80 simultaneous guesses did);
 3. checks the password (Django's ``ModelBackend``);
@@ -37,7 +37,7 @@ here is ~100 lines and shared with the run-creation rate (``runs/limits.py``).
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
 deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens. An open websocket
-closes when its token or session ends (agentconsole/ws_auth.py, runs/socket_guard.py).
+closes when its token or session ends (agentconsole/access/ws_auth.py, runs/socket_guard.py).
 """
 
 from __future__ import annotations
@@ -61,12 +61,12 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 
-from policy.pages import page_error
-from policy.ratelimit import Place, SlidingWindow, WindowFull
+from agentconsole.kernel.pages import page_error
+from agentconsole.kernel.ratelimit import Place, SlidingWindow, WindowFull
 
 
 class LoginThrottled(exceptions.Throttled):
-    default_code = "login_throttled"  # -> LOGIN_THROTTLED (policy/http.py)
+    default_code = "login_throttled"  # -> LOGIN_THROTTLED (agentconsole/kernel/http.py)
 
     def __init__(self, wait: int) -> None:
         # Not Throttled.__init__: it appends its own "Expected available in..." sentence.
@@ -238,7 +238,7 @@ def token_expires_at(token: Any) -> datetime:
 
 
 def token_expired(token: Any, now: datetime | None = None) -> bool:
-    """``now``: an open websocket asks with its own clock (agentconsole/ws_auth.py)."""
+    """``now``: an open websocket asks with its own clock (agentconsole/access/ws_auth.py)."""
     return token_expires_at(token) <= (now or timezone.now())
 
 
@@ -253,8 +253,8 @@ def token_for(user: Any) -> Any:
 
 def live_token(key: str) -> Any | None:
     """The token, with its user, if it is live and its user active (None otherwise; an expired
-    token is deleted). The websocket path (agentconsole/ws_auth.py) uses this; the API uses the
-    class below."""
+    token is deleted). The websocket path (agentconsole/access/ws_auth.py) uses this; the API uses
+    the class below."""
     token = Token.objects.select_related("user").filter(key=key).first()
     if token is None or not token.user.is_active:
         return None

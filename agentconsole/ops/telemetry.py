@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agentconsole import logs
+from agentconsole.ops import logs
 from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Telemetry
 from runs.domain.telemetry import Link as PortLink
 
@@ -159,7 +159,7 @@ def from_settings() -> Telemetry:
         log.warning("AGENTCONSOLE_OTEL is on without an OTLP endpoint: spans are not exported")
     # Global too, so other instrumentation in the process (an HTTP client's) joins our traces.
     trace.set_tracer_provider(telemetry.provider)
-    # Log records get the current span's ids (agentconsole.logs; printed with LOG_FORMAT=json).
+    # Log records get the current span's ids (agentconsole.ops.logs; printed with LOG_FORMAT=json).
     logs.set_trace_ids_provider(log_trace_ids)
     return telemetry
 

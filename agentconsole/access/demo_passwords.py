@@ -27,7 +27,7 @@ def refuse_demo_passwords(entry_point: str) -> None:
     """issue 21 item 12: with DEBUG=0, no entry point runs while an active account still has its
     public demo password (admin/admin...). Called by the ASGI and WSGI applications when they
     are loaded (so daphne, uvicorn, gunicorn... refuse, not only scripts/run.sh) and by the
-    Celery worker and beat at start-up (agentconsole/celery.py).
+    Celery worker and beat at start-up (agentconsole/ops/celery_signals.py).
 
     1. DEBUG on: nothing to check (demo accounts are for development).
     2. One password hash check per active demo account (``demo_accounts_with_demo_password``).

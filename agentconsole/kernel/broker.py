@@ -46,4 +46,4 @@ class AtomicFilesystemTransport(filesystem.Transport):
 
 
 def register() -> None:
-    TRANSPORT_ALIASES.setdefault(ALIAS, "agentconsole.broker:AtomicFilesystemTransport")
+    TRANSPORT_ALIASES.setdefault(ALIAS, "agentconsole.kernel.broker:AtomicFilesystemTransport")

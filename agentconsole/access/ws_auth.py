@@ -39,7 +39,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.crypto import constant_time_compare
 from rest_framework.authtoken.models import Token
 
-from agentconsole.auth import live_token, token_expired, token_expires_at
+from agentconsole.access.auth import live_token, token_expired, token_expires_at
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
 from runs.socket_guard import SESSION_ENDED, TOKEN_EXPIRED, TOKEN_REVOKED, USER_INACTIVE
 
@@ -74,7 +74,7 @@ class SocketCredential:
         if self.expires_at is not None and self.expires_at <= now:
             return None, TOKEN_EXPIRED
         token = Token.objects.select_related("user").filter(key=self.key).first()
-        # Deleted: revoked, or the password changed (agentconsole/auth.py). Not deleted here
+        # Deleted: revoked, or the password changed (agentconsole/access/auth.py). Not deleted here
         # when expired: the API deletes an expired token on sight, a socket only stops.
         if token is None or token.user_id != self.user_id:
             return None, TOKEN_REVOKED

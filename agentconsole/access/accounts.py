@@ -1,10 +1,11 @@
 """Accounts and their roles from a shell (``manage.py grant_role``): the first hour of an install,
 and any deploy script that keeps the roles as it wants them.
 
-A role is a group (policy/roles.py, created by policy/migrations/0002_roles.py). ``admin`` also
-makes the account a Django superuser and staff: the console treats a superuser as an admin, and
-the Django admin shows its models only to superusers (nobody is given model permissions one by
-one). Every service here is idempotent: asking for what is already so changes nothing and says so.
+A role is a group (agentconsole/kernel/roles.py, created by policy/migrations/0002_roles.py).
+``admin`` also makes the account a Django superuser and staff: the console treats a superuser as an
+admin, and the Django admin shows its models only to superusers (nobody is given model permissions
+one by one). Every service here is idempotent: asking for what is already so changes nothing and
+says so.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from agentconsole.demo_passwords import DEMO_PASSWORDS
+from agentconsole.access.demo_passwords import DEMO_PASSWORDS
+from agentconsole.kernel.roles import ADMIN, OPERATOR, REVIEWER, USER
 from policy.domain.errors import DomainError
-from policy.roles import ADMIN, OPERATOR, REVIEWER, USER
 
 ROLES: tuple[str, ...] = (OPERATOR, REVIEWER, USER, ADMIN)
 

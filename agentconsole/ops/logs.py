@@ -1,8 +1,8 @@
 """Structured logs: the run a line belongs to, and hooks for trace ids.
 
 ``RunContextFilter`` stamps every record with ``run_id`` from a context variable that the
-adapters set while they work on a run (``policy.log_context.run_context``; the Celery task
-that advances it), and with ``trace_id``/``span_id`` from the provider tracing installs
+adapters set while they work on a run (``agentconsole.kernel.log_context.run_context``; the Celery
+task that advances it), and with ``trace_id``/``span_id`` from the provider tracing installs
 (``set_trace_ids_provider``). ``JsonFormatter`` writes one JSON object per line
 (``LOG_FORMAT=json``). Nothing here reads a request body or arguments: a log line carries the
 message the code wrote, already free of secrets.
@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from policy.log_context import current_run_id
+from agentconsole.kernel.log_context import current_run_id
 
 # Returns {"trace_id": ..., "span_id": ...} for the current span, or {} (tracing off).
 TraceIds = Callable[[], dict[str, str]]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.domain.approvers import Person
-
 OPERATOR, REVIEWER, USER, ADMIN = "operator", "reviewer", "user", "admin"
 
 
@@ -55,14 +53,3 @@ def actor_name(user: Any) -> str:
 def user_or_none(user: Any) -> Any:
     """A user row for a foreign key, or None for a name such as "scenario" or "system"."""
     return user if getattr(user, "pk", None) else None
-
-
-def approver_facts(user: Any, *, run_owner_id: Any, run_subject: str) -> Person:
-    """How ``user`` stands to a run, for the approver rule (policy.domain.approvers): the same
-    "own run" as runs.selectors.is_own_run (started by them, or for them)."""
-    return Person(
-        user_id=user.pk,
-        is_operator=is_operator(user),
-        is_run_owner=run_owner_id is not None and run_owner_id == user.pk,
-        is_run_subject=run_subject == user.get_username(),
-    )

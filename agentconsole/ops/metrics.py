@@ -45,10 +45,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from rest_framework.exceptions import AuthenticationFailed
 
-from agentconsole.auth import ExpiringTokenAuthentication
+from agentconsole.access.auth import ExpiringTokenAuthentication
 from agentconsole.celery import app as celery_app
+from agentconsole.kernel.roles import is_operator
 from policy import confirmation_selectors
-from policy.roles import is_operator
 from runs import selectors as run_selectors
 from runs import socket_guard
 from runs.calls import records as calls_records
