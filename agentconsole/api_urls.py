@@ -21,7 +21,8 @@ from memory import apis as memory_api
 from policy import apis as policy_api
 from policy.mcp import apis as mcp_apis
 from runs import apis as runs_api
-from runs import profile_apis, trace_apis
+from runs.start import profile_apis
+from runs.trace import trace_apis
 
 
 class StrictTokenSerializer(StrictSerializer, AuthTokenSerializer):

@@ -212,7 +212,7 @@ else:
     # database, which is the truth in both deployments.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # An open websocket checks its token or session and its user's roles at least this often; a
-# revocation rings it at once, this bounds a lost ring and an expiry (runs/socket_guard.py).
+# revocation rings it at once, this bounds a lost ring and an expiry (runs/web/socket_guard.py).
 AGENTCONSOLE_WS_RECHECK_S = env.positive_seconds("AGENTCONSOLE_WS_RECHECK_S", "30")
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "agentfs://"
@@ -249,7 +249,8 @@ CELERY_TASK_IGNORE_RESULT = True
 # (where the broker supports it); tasks are idempotent by ledger token.
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# The sweeper (runs.sweeper): stranded runs back to a worker, overdue confirmations cancelled.
+# The sweeper (runs.engine.sweeper): stranded runs back to a worker, overdue confirmations
+# cancelled.
 SWEEP_INTERVAL_S = float(os.environ.get("SWEEP_INTERVAL_S", "5"))
 CELERY_BEAT_SCHEDULE = {
     # A sweep nobody took within an interval expires unrun (the next is queued): sweeps piled up
@@ -326,9 +327,10 @@ AGENTCONSOLE_RUN_OUTPUT_ROOT = Path(
 # users; an existing user's password is never reset), "0" never.
 AGENTCONSOLE_DEMO = os.environ.get("AGENTCONSOLE_DEMO", "auto").strip().lower()
 
-# Fault injection (runs.faults) for the fault lab and the tests only. Off: workers use the plain
-# executor (no fault lookup per tool call, no SIGKILL code reachable) and a run with a ``faults``
-# block is refused at creation (FAULTS_DISABLED). Never set it on a deployment that serves users.
+# Fault injection (runs.fault_lab.faults) for the fault lab and the tests only. Off: workers use the
+# plain executor (no fault lookup per tool call, no SIGKILL code reachable) and a run with a
+# ``faults`` block is refused at creation (FAULTS_DISABLED). Never set it on a deployment that
+# serves users.
 AGENTCONSOLE_FAULTS_ENABLED = _env_bool("AGENTCONSOLE_FAULTS_ENABLED", "0")
 
 # Server-side secrets injected into tools by the executor, keyed by tool name. They are never
@@ -345,7 +347,7 @@ AGENTCONSOLE_MCP_STDIO_COMMANDS: tuple[tuple[str, ...], ...] = env.mcp_stdio_com
 AGENTCONSOLE_MCP_LIST_TIMEOUT_S = float(os.environ.get("AGENTCONSOLE_MCP_LIST_TIMEOUT_S", "10"))
 AGENTCONSOLE_MCP_MAX_IN_FLIGHT = int(os.environ.get("AGENTCONSOLE_MCP_MAX_IN_FLIGHT", "16"))
 
-# Extra regular expressions for the secret scanner (policy.domain.redaction), on top of the
+# Extra regular expressions for the secret scanner (policy.domain.secrets.redaction), on top of the
 # built-in token shapes and secret-like key=value pairs. From the environment: a JSON list of
 # strings (regexes hold commas, so not a comma list). Each whole match is stored as a tag.
 AGENTCONSOLE_SECRET_PATTERNS: list[str] = env.json_list("AGENTCONSOLE_SECRET_PATTERNS")
@@ -369,7 +371,7 @@ LOGGING: dict[str, Any] = {
     "loggers": {"django": {"handlers": [], "propagate": True}},
 }
 
-# --- Per-subject limits (issue 9 item 10; runs/limits.py) --------------------------------------
+# --- Per-subject limits (issue 9 item 10; runs/start/limits.py) -----------------------------------
 # One subject must not stall everyone. Each limit counts per subject (whom a run acts for); 0
 # switches a limit off. Refusals: ACTIVE_RUNS_LIMIT (429), STEP_BUDGET_TOO_LARGE (400),
 # DEADLINE_TOO_FAR (400), DAILY_STEP_QUOTA_EXHAUSTED (429 + Retry-After), RUN_CREATE_THROTTLED
@@ -389,7 +391,7 @@ AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT = int(
     os.environ.get("AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT", "20000")
 )
 # Runs a user may start per period ("<n>/<sec|min|hour|day>"; "" = off), API and console alike
-# (runs/limits.py), counted in the default cache: Redis when several web processes serve.
+# (runs/start/limits.py), counted in the default cache: Redis when several web processes serve.
 AGENTCONSOLE_RUN_CREATE_RATE = os.environ.get("AGENTCONSOLE_RUN_CREATE_RATE", "30/min")
 # Fairness: a worker advances a run for at most this many planner steps, then hands it back to
 # the end of the queue so other subjects' runs interleave (0 = until it waits or ends).
@@ -460,7 +462,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # Processes (scripts/web.sh, scripts/worker.sh, scripts/beat.sh). On SIGTERM a worker stops
 # taking tasks and lets the current one finish for up to this many seconds (Celery's soft
 # shutdown; scripts/worker.sh maps SIGTERM to it), then stops it: its message goes back to the
-# broker (acks_late) and its runs are released (runs.leases.release_dead_local).
+# broker (acks_late) and its runs are released (runs.engine.leases.release_dead_local).
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = float(os.environ.get("AGENTCONSOLE_WORKER_SHUTDOWN_S", "10"))
 
 # Health and metrics (agentconsole/ops/health.py, agentconsole/ops/metrics.py). Each worker writes a

@@ -34,7 +34,7 @@ from memory.selectors import preferences_for_planner
 from notify import tasks as notify_tasks
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import RegistryError
-from policy.domain.mcp import McpServerSpec
+from policy.domain.mcp_tools.mcp import McpServerSpec
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import ToolPolicy, ToolPolicyInvalid, parse_tool_policy, tool_facts
 from policy.mcp import selectors as mcp_selectors
@@ -42,18 +42,18 @@ from runs import tasks
 from runs.calls import doorbell as calls_doorbell
 from runs.calls.tools import Tools as GatewayTools
 from runs.context import RunsContext
-from runs.domain import model_planning
 from runs.domain.clock import SYSTEM_CLOCK, Clock
+from runs.domain.gateway import model_planning
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
 from runs.domain.runner import Runner
-from runs.doorbell import ring_after_commit
-from runs.executor import ThreadExecutor
-from runs.faults import FaultingExecutor
-from runs.isolation import run_isolated
-from runs.leases import new_owner, watch_tool
-from runs.limits import step_quota
+from runs.engine.doorbell import ring_after_commit
+from runs.engine.executor import ThreadExecutor
+from runs.engine.isolation import run_isolated
+from runs.engine.leases import new_owner, watch_tool
+from runs.fault_lab.faults import FaultingExecutor
+from runs.orm.store import OrmRunStore
 from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner
-from runs.store import OrmRunStore
+from runs.start.limits import step_quota
 from runs.tools import artifacts, demo_notice, demo_partner, search
 
 if TYPE_CHECKING:

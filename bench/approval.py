@@ -12,8 +12,8 @@ import urllib.request
 import uuid
 from typing import Any
 
-from bench.harness import Context, percentile, summary
-from bench.stack import (
+from bench.support.harness import Context, percentile, summary
+from bench.support.stack import (
     SCENARIOS,
     _broker,
     _budget,
@@ -95,7 +95,7 @@ def _waiting_samples(tag: str, owner: Any, n: int) -> list[dict[str, Any]]:
 
     from runs import selectors, services
     from runs.domain.machine import Status
-    from runs.scenarios import parse_scenario
+    from runs.start.scenarios import parse_scenario
 
     scenario = parse_scenario((SCENARIOS / "s15-missing-confirmation.json").read_bytes())
     # The file's 60 s deadline could pass while the benchmark waits: give the runs an hour.

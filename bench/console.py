@@ -18,8 +18,8 @@ import time
 import uuid
 from typing import Any
 
-from bench import stack as st
-from bench.harness import Context, percentile
+from bench.support import stack as st
+from bench.support.harness import Context, percentile
 from bench.trace_latency import _latencies, _measure
 
 DETAIL_EVENTS = 1_000

@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import Any
 
-from bench.harness import Context, percentile, ratios, relative, step_times, summary
+from bench.support.harness import Context, percentile, ratios, relative, step_times, summary
 
 REPS = 5
 SLICE = 20  # steps per advance, as settings.AGENTCONSOLE_WORKER_SLICE_STEPS
@@ -50,7 +50,7 @@ def _gate_inputs() -> tuple[Any, list[Any], list[Any], list[dict[str, Any]]]:
     """A running run, its grants and an approved confirmation, and a realistic mix of planner
     outputs (allowed, needing the confirmation, invalid, ungranted, unconfirmed)."""
     from policy.domain.canonical import proposal_hash
-    from policy.domain.confirmations import Confirmation, ConfirmationStatus
+    from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
     from policy.domain.gate import RunView
     from policy.domain.grants import CapabilityGrant
 
@@ -129,7 +129,7 @@ def bench_gate(ctx: Context, *, reps: int = REPS, seconds: float = 1.0) -> dict[
     # Provenance on: each proposal's, computed by the runtime against a run that read 50
     # untrusted observations of 6 KB (the gate reads it; its cost is bench_provenance's).
     from bench.provenance import provenance_inputs
-    from policy.domain.provenance import compute
+    from policy.domain.origins.provenance import compute
 
     index, people = provenance_inputs()
     computed = {m["proposal_id"]: compute(m["arguments"], index=index, people=people) for m in mix}
@@ -181,8 +181,8 @@ def _runner(steps: int):
     from policy.domain.registry import ToolRegistry
     from runs.domain.planning import FixturePlanner
     from runs.domain.runner import Runner
-    from runs.executor import ThreadExecutor
-    from runs.store import OrmRunStore
+    from runs.engine.executor import ThreadExecutor
+    from runs.orm.store import OrmRunStore
 
     registry = ToolRegistry([*wiring.builtin_contracts(), _noop_contract()])
     return Runner(
@@ -196,7 +196,7 @@ def _runner(steps: int):
 def _new_run(steps: int) -> str:
     from runs import services
     from runs.domain.budgets import RunBudgets
-    from runs.limits import RunLimits
+    from runs.start.limits import RunLimits
 
     outputs = [
         {
@@ -214,7 +214,7 @@ def _new_run(steps: int) -> str:
         budgets=RunBudgets(max_steps=steps + 1, max_tool_calls=steps + 1, deadline_ms=3_600_000),
         grants=[{"capability": "bench:noop", "resource_scope": "*", "expires_at_step": steps + 1}],
         planner={"kind": "fixture", "outputs": outputs},
-        # A measurement, not a user: the per-subject limits (runs.limits) would cut it short.
+        # A measurement, not a user: the per-subject limits (runs.start.limits) would cut it short.
         limits=RunLimits.off(),
     )
     return state.run_id

@@ -12,7 +12,7 @@ Redis keys naming our queues are deleted. Without ``REDIS_URL`` the in-memory ch
 kombu's filesystem broker (in a private temporary folder) are used, and each "how" says so.
 
 The websocket clients of the trace benchmark run in a child process of their own
-(``python -m bench.ws_clients``), so their receive clock is not delayed by the runner
+(``python -m bench.support.ws_clients``), so their receive clock is not delayed by the runner
 threads of this process competing for the GIL.
 """
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.core import SLICE
-from bench.harness import ROOT, Context, percentile, ratios, relative, step_times, summary
+from bench.support.harness import ROOT, Context, percentile, ratios, relative, step_times, summary
 
 RATE_STEPS = 200
 GROWTH_STEPS = 1000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.harness import Context, percentile, summary
+from bench.support.harness import Context, percentile, summary
 
 
 def _untrusted_texts(observations: int = 50, size: int = 6_000) -> list[str]:
@@ -14,7 +14,7 @@ def _untrusted_texts(observations: int = 50, size: int = 6_000) -> list[str]:
     words, as retrieved text is (the same every time: seeded)."""
     import random
 
-    from policy.domain.taint import entry_text
+    from policy.domain.origins.taint import entry_text
 
     rng = random.Random(23)  # noqa: S311 - seeded text, not a secret
     letters = "abcdefghijklmnopqrstuvwxyz"
@@ -27,8 +27,8 @@ def _untrusted_texts(observations: int = 50, size: int = 6_000) -> list[str]:
 
 def provenance_inputs() -> tuple[Any, Any]:
     """A run's index after 50 untrusted observations of 6 KB, and a goal's first-party text."""
-    from policy.domain.provenance import first_party
-    from policy.domain.taint import UNTRUSTED, Entry, RunIndex, entry_seq
+    from policy.domain.origins.provenance import first_party
+    from policy.domain.origins.taint import UNTRUSTED, Entry, RunIndex, entry_seq
 
     index = RunIndex()
     for n, text in enumerate(_untrusted_texts()):
@@ -51,11 +51,12 @@ def bench_provenance(ctx: Context, *, reps: int = 400) -> dict[str, Any]:
     a proposal of four leaves, in a run that read 50 untrusted observations of 6 KB, at step 10
     and at step 1,000 (one trusted tool result indexed per step). Also the cold read of the
     whole index by a worker that never saw the run."""
-    from policy.domain.provenance import compute
-    from policy.domain.taint import TRUSTED, UNTRUSTED, entry_seq, entry_text
+    from policy.domain.origins.provenance import compute
+    from policy.domain.origins.taint import TRUSTED, UNTRUSTED, entry_seq, entry_text
     from runs import models as m
-    from runs import services, taint_store
+    from runs import services
     from runs.domain.budgets import RunBudgets
+    from runs.orm import taint_store
 
     _, people = provenance_inputs()
     texts = _untrusted_texts()

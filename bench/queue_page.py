@@ -17,8 +17,8 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from bench import stack as st
-from bench.harness import Context, percentile
+from bench.support import stack as st
+from bench.support.harness import Context, percentile
 
 WAITING = 1_000
 APPROVED = 2_000
@@ -70,8 +70,8 @@ def _rows(tag: str, now: Any, profiles: list[Any]) -> tuple[list[Any], list[Any]
 
 def _profile(name: str, by: Any) -> Any:
     """A run profile like the demo's read-only one, through the real service."""
-    from runs import profiles
-    from runs.demo_profiles import DEMO_PROFILES
+    from runs.demo.demo_profiles import DEMO_PROFILES
+    from runs.start import profiles
 
     return profiles.profile_create(data={**copy.deepcopy(DEMO_PROFILES[0]), "name": name}, by=by)
 

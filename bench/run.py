@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import ROOT, Context, private_database
+from bench.support.harness import ROOT, Context, private_database
 
 # The whole run stops by itself within about 20 minutes: runs_in_flight (issue 22) needs up to
 # 150 s for N=200 and 900 s for N=2000 (2,000 runs through the production processes on a

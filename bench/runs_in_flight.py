@@ -2,14 +2,14 @@
 production processes, beside a LangGraph peer on the same slow model and the same database.
 
 Ours: ``scripts/web.sh``, ``scripts/worker.sh`` and ``scripts/gateway.sh`` started as a supervisor
-would (each its own process group) on the bench's private database, a private Celery queue on
-Redis, and the slow OpenAI-compatible server (``bench.slow_model``, 1 s per completion) as the
-model endpoint. N runs of two model calls and one ``search_public`` call over the demo corpus
-are created through ``POST /api/runs/``, all at once, each on a connection of its own
-(``bench.burst``), spread over N/5 users so the per-user limits (create rate, active runs) do
-not bite. Figures: wall time (first create sent → last run finished), peak model calls in flight
-(seen by the slow server), peak resident memory of the worker and gateway process trees (summed,
-sampled from /proc), per-run latency p50/p99, lost runs, create responses by status.
+would (each its own process group) on the bench's private database, a private Celery queue on Redis,
+and the slow OpenAI-compatible server (``bench.support.slow_model``, 1 s per completion) as the
+model endpoint. N runs of two model calls and one ``search_public`` call over the demo corpus are
+created through ``POST /api/runs/``, all at once, each on a connection of its own (``bench.burst``),
+spread over N/5 users so the per-user limits (create rate, active runs) do not bite. Figures: wall
+time (first create sent → last run finished), peak model calls in flight (seen by the slow server),
+peak resident memory of the worker and gateway process trees (summed, sampled from /proc), per-run
+latency p50/p99, lost runs, create responses by status.
 
 The peer: ``bench.peer_in_flight`` in a process of its own (LangGraph, ``AsyncPostgresSaver``,
 N concurrent invocations, same slow server, same corpus table).
@@ -31,10 +31,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench import burst, proc_stats
-from bench.harness import ROOT, Context, percentile
-from bench.slow_model import SlowModel
-from bench.stack import (
+from bench import burst
+from bench.support import proc_stats
+from bench.support.harness import ROOT, Context, percentile
+from bench.support.slow_model import SlowModel
+from bench.support.stack import (
     START_TIMEOUT_S,
     _env,
     _free_port,
@@ -332,7 +333,7 @@ def _figures(n: int, ours: dict[str, Any], peer: dict[str, Any] | None) -> dict[
 def _how(n: int) -> str:
     return (
         f"N = {n} runs, each 2 model calls + 1 search_public over the "
-        f"demo corpus; slow OpenAI-compatible server (bench.slow_model, {DELAY_S:g} s per "
+        f"demo corpus; slow OpenAI-compatible server (bench.support.slow_model, {DELAY_S:g} s per "
         "completion, in the bench process). Ours: scripts/web.sh (daphne, backlog 4096), "
         f"scripts/worker.sh (WORKER_CONCURRENCY={WORKER_CONCURRENCY}), scripts/gateway.sh, "
         "PostgreSQL + Redis, a private queue; endpoint max_in_flight = N (so the endpoint's "

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.harness import Context, percentile
-from bench.stack import (
+from bench.support.harness import Context, percentile
+from bench.support.stack import (
     _budget,
     _ms,
     _time_get,

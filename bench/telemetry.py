@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bench.core import _new_run, _noop_contract, _one_step
-from bench.harness import Context, ratios, summary
+from bench.support.harness import Context, ratios, summary
 
 STEPS = int(os.environ.get("BENCH_OTEL_STEPS", "150"))
 REPS = int(os.environ.get("BENCH_OTEL_REPS", "5"))
@@ -30,8 +30,8 @@ def _runner(telemetry: Any) -> Any:
     from policy.domain.registry import ToolRegistry
     from runs.domain.planning import FixturePlanner
     from runs.domain.runner import Runner
-    from runs.executor import ThreadExecutor
-    from runs.store import OrmRunStore
+    from runs.engine.executor import ThreadExecutor
+    from runs.orm.store import OrmRunStore
 
     registry = ToolRegistry([*wiring.builtin_contracts(), _noop_contract()])
     return Runner(

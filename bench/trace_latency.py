@@ -12,8 +12,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from bench.harness import Context, percentile, summary
-from bench.stack import (
+from bench.support.harness import Context, percentile, summary
+from bench.support.stack import (
     DRAIN_S,
     _budget,
     _counting,
@@ -26,7 +26,7 @@ from bench.stack import (
     _start_daphne,
     _user,
 )
-from bench.ws_clients import _WsClients
+from bench.support.ws_clients import _WsClients
 
 N_RUNS, N_CLIENTS = 20, 100
 
@@ -42,9 +42,9 @@ def _advance(
     from django.db import connections
 
     from agentconsole import wiring
-    from runs.doorbell import ring_after_commit
-    from runs.leases import lease_acquire, lease_release, new_owner
-    from runs.store import OrmRunStore
+    from runs.engine.doorbell import ring_after_commit
+    from runs.engine.leases import lease_acquire, lease_release, new_owner
+    from runs.orm.store import OrmRunStore
 
     def on_commit(rid: str, seq: int, *, queues_changed: bool = False) -> None:
         # Runs right after COMMIT returned (transaction.on_commit), before the doorbell.
@@ -204,7 +204,7 @@ def _measure(
     env = _env(ctx)
     with (
         contextlib.ExitStack() as stack,
-        _counting("runs.doorbell") as doorbell_warnings,
+        _counting("runs.engine.doorbell") as doorbell_warnings,
         # channels_redis logs (INFO) each group_send that finds a member channel full (capacity
         # 100 messages): that doorbell is dropped for that consumer. Counted, not printed.
         _counting("channels_redis.core", logging.INFO, quiet=True) as over_capacity,
@@ -385,7 +385,8 @@ def _how(
         )
     if rings:
         how += (
-            f" The doorbell ring itself (runs/doorbell.py: async_to_sync(group_send) from the "
+            f" The doorbell ring itself (runs/engine/doorbell.py: async_to_sync(group_send) from "
+            f"the "
             f"runner thread, inside store.apply) took median "
             f"{summary(rings)['median'] * 1000:.2f} ms, max {max(rings) * 1000:.1f} ms."
         )

@@ -9,8 +9,8 @@ import time
 import uuid
 from typing import Any
 
-from bench.harness import Context, summary
-from bench.stack import (
+from bench.support.harness import Context, summary
+from bench.support.stack import (
     WORKER_OVERHEAD_S,
     _broker,
     _budget,

@@ -1,6 +1,6 @@
 """Memory's places an erase rewrites (issue 21 item 3, issue 25 item 4): the columns of memory's
 own models that can hold a copy of a subject's value, joined by the runs side of the erase into
-``runs.erasure_places.ERASED``. The subject's preference records themselves are deleted by
+``runs.privacy.erasure_places.ERASED``. The subject's preference records themselves are deleted by
 ``memory.services.preferences_erase``, not rewritten."""
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from typing import Any
 from memory.domain.preferences import KeyPolicy, check_preference
 from memory.models import PreferenceHistory, PreferenceRecord
 from memory.services import preference_write
-from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     CallFacts,
     ConfirmationMode,
@@ -23,6 +22,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
+from policy.domain.origins.argument_policy import ArgumentRule
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 
 

@@ -1,5 +1,5 @@
 """A run's working-memory rows as the run store reads and writes them: memory owns the rows,
-the run store (``runs.store``, ``runs.writers``) composes these statements into a step's one
+the run store (``runs.orm.store``, ``runs.orm.writers``) composes these statements into a step's one
 read and one commit (issue 25 item 4: other apps never import memory's models).
 
 Plain statements of ``agentconsole.kernel.sqlbatch``, never run here: the reads join the run

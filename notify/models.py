@@ -4,7 +4,7 @@
   role and profile it wants. Removed ones stay (``removed_at``): the delivery log names them.
 - ``Notification``: the outbox. One row per new confirmation or handoff, written by
   ``notify.services.notification_record`` in the very transaction that creates the item
-  (runs.writers), so an item that rolled back has none and an item that committed always has
+  (runs.orm.writers), so an item that rolled back has none and an item that committed always has
   one, whatever happens to a worker after.
 - ``Delivery``: one notification to one subscription, with its attempts, when it is due next
   and how the last attempt ended. Only ``notify.services`` writes these rows.

@@ -2,7 +2,7 @@
 attempt. Nothing else writes these rows.
 
 1. ``notification_record`` runs inside the transaction that creates a confirmation or a handoff
-   (runs.writers): the outbox row commits with the item or not at all.
+   (runs.orm.writers): the outbox row commits with the item or not at all.
 2. After that commit the run store rings the doorbell (``notify.tasks.enqueue_deliver``), and
    the periodic task picks up whatever a lost ring left (``CELERY_BEAT_SCHEDULE``).
 3. ``notifications_fan_out`` turns each new outbox row into one delivery per matching

@@ -23,7 +23,7 @@ from notify import selectors, services
 from notify.domain.rules import EventKind, TargetKind, is_loopback
 from notify.forms import EVENT_LABELS, SubscriptionForm, form_error
 from policy.domain.errors import DomainError
-from runs import profiles
+from runs.start import profiles
 
 PAGE = "/notifications/"
 NEW = {"kind": TargetKind.WEBHOOK.value, "events": [k.value for k in EventKind]}

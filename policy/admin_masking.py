@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.domain.redaction import MASK, redact_fields, redact_secrets
 from policy.domain.registry import ToolRegistry
+from policy.domain.secrets.redaction import MASK, redact_fields, redact_secrets
 
 
 def masked_arguments(

@@ -12,13 +12,13 @@ A decision crosses between policy and runs three times, each one the design need
    commit of the run does (another lock order could deadlock with a step or the sweeper).
 2. -> ``policy.services.confirmation_for_decision``: under that lock, the record as a plain
    value (``PendingConfirmation``: still pending, still the proposal shown, with the approvals
-   already given); the approver rule (``policy.domain.approvers``) and the run's rules
+   already given); the approver rule (``policy.domain.confirmation.approvers``) and the run's rules
    (``runs.domain.lifecycle``) turn it into the run's commit, in plain Python.
-3. ``runs.writers`` -> ``policy.services.confirmation_record_decision`` (or
+3. ``runs.orm.writers`` -> ``policy.services.confirmation_record_decision`` (or
    ``confirmation_approval_record``, the first of four eyes): the record's write, inside the
    run's one commit transaction, so the confirmation and the run move together or not at all.
 
-An edit and a note (``runs.answers``) take the same path with their own commit.
+An edit and a note (``runs.people.answers``) take the same path with their own commit.
 
 Every error leaves as ``{code, message, extra}`` through
 ``agentconsole.kernel.http.exception_handler``.
@@ -39,16 +39,16 @@ from agentconsole import wiring
 from agentconsole.kernel.http import StrictSerializer, validated
 from agentconsole.kernel.roles import is_operator, is_reviewer
 from policy import provenance_selectors as policy_provenance
-from policy.domain.approvers import approvals_needed, approver_rule
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.approvers import approvals_needed, approver_rule
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.models import Confirmation, ConfirmationApproval, Grant
-from runs import answers as run_answers
-from runs import batch as run_batch
 from runs import selectors as run_selectors
 from runs import services as run_services
 from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Status
+from runs.people import answers as run_answers
+from runs.people import batch as run_batch
 
 MAX_PAGE = 200  # the page cap of every list in the API (as runs.apis.MAX_PAGE)
 

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from policy.domain.redaction import configure
+from policy.domain.secrets.redaction import configure
 
 
 class PolicyConfig(AppConfig):

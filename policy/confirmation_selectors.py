@@ -10,7 +10,7 @@ from datetime import datetime
 
 from django.db.models import Count, Min
 
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 from policy.models import Confirmation
 
 

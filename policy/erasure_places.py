@@ -2,8 +2,8 @@
 ``Place`` every app's list is made of, and policy's own places.
 
 An app names the columns of its own models that can hold a copy of a subject's value; the
-runs side of the erase (``runs.erasure``) joins every app's list into
-``runs.erasure_places.ERASED`` and rewrites them, without importing another app's models.
+runs side of the erase (``runs.privacy.erasure``) joins every app's list into
+``runs.privacy.erasure_places.ERASED`` and rewrites them, without importing another app's models.
 ``Place`` lives here, in the base app, so that memory and runs can both build on it.
 """
 

@@ -6,9 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from policy.domain.approvers import DEFAULT_RULE, ApproverRule
 from policy.domain.canonical import HASH_SCHEME
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.approvers import DEFAULT_RULE, ApproverRule
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 
 
 class Grant(models.Model):
@@ -59,7 +59,8 @@ class Confirmation(models.Model):
     )
     # What the person wrote with their decision (console and API; secrets masked).
     decision_reason = models.TextField(blank=True, default="")
-    # Who may decide it (policy.domain.approvers), chosen by the gate when it was requested.
+    # Who may decide it (policy.domain.confirmation.approvers), chosen by the gate when it was
+    # requested.
     approvers = models.CharField(
         max_length=32,
         choices=[(r.value, r.value) for r in ApproverRule],

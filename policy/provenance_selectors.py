@@ -4,7 +4,7 @@ confirmations are asked about.
 
 The trace and the observations are the runs side: their reads are handed down by the page or the
 API (``runs.selectors.recorded_provenance`` and ``cited_observations``), as for the queue's
-cited sources. The words are policy.domain.provenance_shown's.
+cited sources. The words are policy.domain.origins.provenance_shown's.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.domain.provenance_shown import (
+from policy.domain.origins.provenance_shown import (
     NOT_RECORDED,
     ProvenanceShown,
     grant_refs,
     observation_refs,
     shown,
 )
-from policy.domain.redaction import shown_arguments
+from policy.domain.secrets.redaction import shown_arguments
 from policy.models import Grant
 
 # {confirmation id: (run id, proposal id)} -> {confirmation id: (provenance details, checked

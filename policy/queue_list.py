@@ -36,7 +36,7 @@ from django.db.models import (
 from django.db.models.functions import RowNumber
 
 from policy.domain.canonical import per_run_confirmation_hash
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 from policy.domain.contracts import SideEffect
 from policy.domain.errors import DomainError
 from policy.domain.registry import ToolRegistry

@@ -17,8 +17,8 @@ from typing import Any
 
 from django.db.models import F
 
-from policy.domain.json_diff import Diff, json_diff
-from policy.domain.redaction import shown_arguments
+from policy.domain.confirmation.json_diff import Diff, json_diff
+from policy.domain.secrets.redaction import shown_arguments
 from policy.models import Confirmation as ConfirmationRow
 from policy.queue_list import APPROVED, pending_for
 from policy.selectors import QueueItem

@@ -12,7 +12,13 @@ from django.db.models import F, Q
 
 from agentconsole.kernel import roles, sqlbatch
 from policy.approvers import approver_facts
-from policy.domain.approvers import (
+from policy.domain.canonical import (
+    canonical,
+    per_run_confirmation_hash,
+    pretty_json,
+    proposal_hash_from_canonical,
+)
+from policy.domain.confirmation.approvers import (
     ApproverRule,
     PriorApproval,
     approvals_needed,
@@ -21,19 +27,13 @@ from policy.domain.approvers import (
     progress,
     rules_allowing,
 )
-from policy.domain.canonical import (
-    canonical,
-    per_run_confirmation_hash,
-    pretty_json,
-    proposal_hash_from_canonical,
-)
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import TrustLabel
-from policy.domain.provenance_shown import NOT_RECORDED, ProvenanceShown
-from policy.domain.redaction import MASKED_SECRETS, shown_arguments
+from policy.domain.origins.provenance_shown import NOT_RECORDED, ProvenanceShown
 from policy.domain.registry import ToolRegistry
+from policy.domain.secrets.redaction import MASKED_SECRETS, shown_arguments
 from policy.models import Confirmation as ConfirmationRow
 from policy.models import ConfirmationApproval, Grant
 from policy.provenance_selectors import (
@@ -67,7 +67,7 @@ CONFIRMATION_COLUMNS = (
 
 
 def grants_read(run_id: str) -> sqlbatch.Read:
-    """The run's grants, read on every step (with the run row: ``runs.store``)."""
+    """The run's grants, read on every step (with the run row: ``runs.orm.store``)."""
     return sqlbatch.select(Grant, GRANT_COLUMNS, {"run": run_id}, order_by=("id",))
 
 
@@ -241,9 +241,9 @@ class QueueItem:
     binding: str
     sources: tuple[CitedSource, ...]
     derived_from_untrusted: bool
-    # Who may decide it (policy.domain.approvers) and where it stands: "needs two approvers:
-    # 1 of 2, approved by alice". ``approve_refusal`` says why the viewer may decline but not
-    # approve (they approved already, or the second approver must be an independent operator).
+    # Who may decide it (policy.domain.confirmation.approvers) and where it stands: "needs two
+    # approvers: 1 of 2, approved by alice". ``approve_refusal`` says why the viewer may decline but
+    # not approve (they approved already, or the second approver must be an independent operator).
     approvers: str
     approvals_needed: int
     approved_by: tuple[str, ...]

@@ -1,7 +1,7 @@
 """Writes of grants and confirmations: every change to their rows goes through here.
 
 Each compare-and-set returns whether its row matched, and the caller decides what a miss means:
-the run store (runs.store, runs.writers) calls these inside the one transaction of a step's
+the run store (runs.orm.store, runs.orm.writers) calls these inside the one transaction of a step's
 commit and turns a miss into a version conflict, which rolls the whole commit back. Nothing here
 opens a transaction of its own, so a confirmation request commits with the run's own
 compare-and-set or not at all. What a caller reads here is a plain value
@@ -17,8 +17,8 @@ from typing import Any
 from django.utils import timezone
 
 from agentconsole.kernel import sqlbatch
-from policy.domain.approvers import DEFAULT_RULE, PriorApproval
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.approvers import DEFAULT_RULE, PriorApproval
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.models import Confirmation as ConfirmationRow
@@ -256,7 +256,7 @@ def confirmation_approval_record(
 
 
 def confirmation_consume(*, run_id: str, confirmation_id: str) -> sqlbatch.Write:
-    """approved -> consumed, once, as a write of the step's batch (``runs.writers``); it changes
+    """approved -> consumed, once, as a write of the step's batch (``runs.orm.writers``); it changes
     no row if another command used the confirmation first."""
     return sqlbatch.update(
         ConfirmationRow,
@@ -275,7 +275,7 @@ def confirmations_expire_pending(*, run_id: str) -> sqlbatch.Write:
 
 
 def grant_use(*, run_id: str, grant_id: str) -> sqlbatch.Write:
-    """One call more on the grant, as a write of the step's batch (``runs.writers``). It changes
+    """One call more on the grant, as a write of the step's batch (``runs.orm.writers``). It changes
     no row if the grant's calls ran out meanwhile (the race: two commands that each saw one call
     left; the condition is in the UPDATE, so only one matches)."""
     table, used, limit = map(sqlbatch.quote, (Grant._meta.db_table, "calls_used", "max_calls"))

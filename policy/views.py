@@ -32,17 +32,17 @@ from agentconsole.kernel.status import domain_status
 from policy import queue_list, queue_similar
 from policy import selectors as policy_selectors
 from policy.domain import strict_json
-from policy.domain.edits import EditInvalid
+from policy.domain.confirmation.edits import EditInvalid
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.registry import ToolRegistry
 from policy.domain.strict_json import JsonRefused
-from runs import answers as run_answers
-from runs import batch as run_batch
 from runs import selectors as run_selectors
 from runs import services as run_services
-from runs.domain.edits import MAX_NOTE
 from runs.domain.lifecycle import MAX_DECISION_REASON
 from runs.domain.machine import Status
+from runs.domain.step.edits import MAX_NOTE
+from runs.people import answers as run_answers
+from runs.people import batch as run_batch
 
 QUEUE = "console/confirmations/queue.html"
 
@@ -229,7 +229,7 @@ class BatchForm(forms.Form):
 @role_required(is_operator)
 def batch(request: HttpRequest) -> HttpResponse:
     """Identical proposals decided together: each one through the single decision, the
-    outcome said per run (runs.batch)."""
+    outcome said per run (runs.people.batch)."""
     form = BatchForm(request.POST)
     if not form.is_valid():
         field = next(iter(form.errors))

@@ -21,9 +21,8 @@ from agentconsole import wiring
 from agentconsole.kernel.http import StrictSerializer, validated
 from agentconsole.kernel.roles import is_admin, is_operator, is_reviewer
 from policy.domain.errors import NotFound
-from runs import handoffs, profile_apis, selectors, services
 from runs import models as m
-from runs.domain import model_planning, timeline
+from runs import selectors, services
 from runs.domain.budgets import (
     MAX_DEADLINE_MS,
     MAX_REPEATED_PROPOSAL_CEILING,
@@ -31,9 +30,13 @@ from runs.domain.budgets import (
     MAX_TOKENS_CEILING,
     RunBudgets,
 )
+from runs.domain.console import timeline
+from runs.domain.gateway import model_planning
 from runs.domain.machine import Status
 from runs.domain.writes import OUTCOME_FLAGS
-from runs.limits import LimitError
+from runs.people import handoffs
+from runs.start import profile_apis
+from runs.start.limits import LimitError
 
 MAX_PAGE = 200
 
@@ -143,7 +146,7 @@ class LimitReached(Throttled):
 
 class RunListCreate(APIView):
     # The creation rate (AGENTCONSOLE_RUN_CREATE_RATE) is counted in services.run_create, for
-    # this view and the console's /runs/new/ alike (runs/limits.py).
+    # this view and the console's /runs/new/ alike (runs/start/limits.py).
 
     @extend_schema(
         parameters=[
@@ -277,7 +280,8 @@ class RunCancel(APIView):
 
 
 class EventOut(serializers.ModelSerializer):
-    # The run page's own words for the event (runs.domain.timeline), as a live frame has them.
+    # The run page's own words for the event (runs.domain.console.timeline), as a live frame has
+    # them.
     summary = serializers.SerializerMethodField()
     tone = serializers.SerializerMethodField()
 

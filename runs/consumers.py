@@ -19,7 +19,7 @@ fields only: ids, tool name, side effect class, untrusted flag, sort key) and
 an added row's HTML over HTTP: no argument value ever travels on the socket.
 
 Both close once the credential that opened them ends or their user may no longer watch
-(runs/socket_guard.py): they check before they send what they read.
+(runs/web/socket_guard.py): they check before they send what they read.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from policy import queue_list
 from policy.domain.errors import DomainError
 from runs import models as m
 from runs import selectors
-from runs.domain import timeline
-from runs.doorbell import CONSOLE_GROUP, run_group
-from runs.socket_guard import (
+from runs.domain.console import timeline
+from runs.engine.doorbell import CONSOLE_GROUP, run_group
+from runs.web.socket_guard import (
     NOT_AUTHENTICATED,
     PERMISSION_DENIED,
     GuardedSocket,
@@ -59,7 +59,7 @@ from runs.socket_guard import (
     checks_started,
     verdict,
 )
-from runs.socket_guard import open_clients as open_clients  # the gauge, read where it was
+from runs.web.socket_guard import open_clients as open_clients  # the gauge, read where it was
 
 # The periodic read that covers a lost doorbell. With the in-memory layer (embedded) a
 # worker's ring never reaches the web process, so it is the delivery path: keep it short.
@@ -67,7 +67,7 @@ from runs.socket_guard import open_clients as open_clients  # the gauge, read wh
 CATCH_UP_S = 1.0 if not os.environ.get("REDIS_URL") else 5.0
 BATCH = 200
 # Close codes (4000-4999 are the application's): the same vocabulary as the HTTP API. 4401 and
-# 4403 also end an open socket (runs/socket_guard.py).
+# 4403 also end an open socket (runs/web/socket_guard.py).
 NOT_FOUND, BAD_REQUEST = 4404, 4400
 
 
@@ -331,7 +331,7 @@ class RunTraceConsumer(_Socket):
                 read = await _events_after(self.run_id, self.last, need=need, check=self.spec())
                 events = read.frames
                 # A check started after the read sees every revocation committed before these
-                # events: none committed after one is sent (runs/socket_guard.py).
+                # events: none committed after one is sent (runs/web/socket_guard.py).
                 if events and not await self.allowed_after(read.checked):
                     return
                 for event in events:
@@ -454,7 +454,7 @@ class ConsoleConsumer(_Socket):
             watch = self.watch
             changes = await _queue_changes(self.scope["user"], watch) if watch else None
             news = changes is not None and bool(changes.added or changes.removed)
-            # Checked after the reads, before sending (runs/socket_guard.py).
+            # Checked after the reads, before sending (runs/web/socket_guard.py).
             if (counts == self.sent and not news) or not await self.still_allowed(
                 after=checks_started()
             ):

@@ -23,8 +23,8 @@ from django.core.exceptions import ImproperlyConfigured
 from policy.domain.registry import ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy
 from runs.domain.runner import Runner
-from runs.executor import ThreadExecutor
-from runs.store import OrmRunStore
+from runs.engine.executor import ThreadExecutor
+from runs.orm.store import OrmRunStore
 
 
 class Enqueue(Protocol):

@@ -1,7 +1,7 @@
 """Persistence adapter for runs. The domain core (``runs.domain``) decides; these tables store.
 
 Invariants live in the database, named: status checks, counter checks, unique (run, sequence),
-unique idempotency token. Writes go through ``runs.store.OrmRunStore`` and ``runs.services`` only.
+unique idempotency token. Only ``runs.orm.store.OrmRunStore`` and ``runs.services`` write.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Run(models.Model):
     answer = models.TextField(null=True, blank=True)
     citations = models.JSONField(default=list, blank=True)
     planner_cursor = models.PositiveIntegerField(default=0)
-    # Bounded (runs.domain.loop_guard.MAX_TRACKED entries): the step never rewrites history.
+    # Bounded (runs.domain.step.loop_guard.MAX_TRACKED entries): the step never rewrites history.
     loop_guard = models.JSONField(default=dict, blank=True)
     knowledge_version = models.PositiveIntegerField(default=0)
     unresolved_effects = models.PositiveIntegerField(default=0)
@@ -86,7 +86,7 @@ class Run(models.Model):
     writes_rejected = models.PositiveIntegerField(null=True, default=0)
     writes_failed = models.PositiveIntegerField(null=True, default=0)
     writes_unknown = models.PositiveIntegerField(null=True, default=0)
-    # What the provenance index holds, in characters (policy.domain.taint.budget). NULL: it
+    # What the provenance index holds, in characters (policy.domain.origins.taint.budget). NULL: it
     # overflowed, or a run from before migration 0015_provenance: fail closed.
     taint_chars = models.PositiveIntegerField(null=True, default=0)
     # Fault injection plan from a scenario file (trusted configuration, never planner output).
@@ -94,7 +94,7 @@ class Run(models.Model):
     # One worker at a time (not run state: never part of the version compare-and-set).
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # The profile the run was started from (runs.profiles.run_from_profile), so "run again"
+    # The profile the run was started from (runs.start.profiles.run_from_profile), so "run again"
     # starts the same one under its current rules. NULL: a run given its own definition (a
     # scenario, the API's planner), or one from before migration 0017_runs_ui.
     profile = models.ForeignKey(
@@ -256,7 +256,7 @@ class Observation(models.Model):
 
 
 class TaintEntry(models.Model):
-    """One observation's content in the run's provenance index (policy.domain.taint): its
+    """One observation's content in the run's provenance index (policy.domain.origins.taint): its
     untrusted parts, or a trusted tool's result, as ``normal`` text. Written in the commit of
     the observation; read by a step only past the entries a worker already holds."""
 
@@ -369,7 +369,7 @@ class Document(models.Model):
 
 
 class Handoff(models.Model):
-    """A run handed to a person (seed §14). Resolved only through ``runs.handoffs`` commands."""
+    """A run handed to a person (seed §14), resolved only by ``runs.people.handoffs``."""
 
     STATUSES = tuple(s.value for s in HandoffStatus)
 
@@ -427,7 +427,7 @@ class FaultFiring(models.Model):
 
 
 class SubjectUsage(models.Model):
-    """Per-subject limits (runs.limits): one row per subject.
+    """Per-subject limits (runs.start.limits): one row per subject.
 
     Creating a run locks this row so concurrent creates count the subject's active runs one
     after the other; the runner spends the daily step quota on it by compare-and-set. Only the
@@ -448,11 +448,12 @@ class SubjectUsage(models.Model):
 
 
 class RunProfile(models.Model):
-    """What an operator lets users start (runs.profiles; rules in runs.domain.profiles): a planner,
-    the tools it may use, grant templates (``{subject}`` in scopes), budgets, and who may use it.
+    """What an operator lets users start (runs.start.profiles; rules: runs.domain.profiles): a
+    planner, the tools it may use, grant templates (``{subject}`` in scopes), budgets, and who may
+    use it.
 
-    Written only by ``runs.profiles`` services, checked by the domain first. ``version`` is the
-    compare-and-set of an edit (two operators editing one profile: the second gets a conflict).
+    Written only by ``runs.start.profiles`` services, checked by the domain first. ``version`` is
+    the compare-and-set of an edit (two operators editing one profile: the second gets a conflict).
     Archived profiles stay (runs started from them name them) but nobody can start one.
     """
 

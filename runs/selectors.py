@@ -18,7 +18,7 @@ from runs import models as m
 from runs.context import RunsContext, resolve
 from runs.domain import trace as ev
 from runs.domain.handoff import HandoffStatus
-from runs.rows import row_to_state
+from runs.orm.rows import row_to_state
 
 
 def run_export(*, run_id: str) -> dict[str, Any]:
@@ -173,7 +173,7 @@ def access_run(*, user: Any, run_id: str) -> m.Run:
 
 
 # What holds a confirmation's proposal, in the trace: the provenance the runtime computed and the
-# confirmation layer's verdict, both committed with the wait (runs.domain.decide).
+# confirmation layer's verdict, both committed with the wait (runs.domain.step.decide).
 _HELD = (ev.PROPOSAL_PROVENANCE, ev.POLICY_CONFIRMATION_CHECKED, ev.PROPOSAL_WAITING_CONFIRMATION)
 Recorded = tuple[dict[str, Any] | None, dict[str, Any] | None]
 

@@ -16,30 +16,30 @@ from django.db import transaction
 from agentconsole.kernel.roles import actor_name, user_or_none
 from policy import services as policy_services
 from policy.approvers import approver_facts
-from policy.domain.approvers import approver_rule, may_approve, may_decline
 from policy.domain.canonical import proposal_hash
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.approvers import approver_rule, may_approve, may_decline
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
 from policy.domain.grants import CapabilityGrant
-from policy.domain.redaction import redact_secrets, shown_proposal
 from policy.domain.registry import ToolRegistry
+from policy.domain.secrets.redaction import redact_secrets, shown_proposal
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.services import PendingConfirmation
-from runs import erasure
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
 from runs.domain.clock import SYSTEM_CLOCK, Clock
-from runs.domain.commits import Commit
 from runs.domain.errors import LeaseLost, VersionConflict
 from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
-from runs.fault_switch import require_faults_enabled
-from runs.leases import lease_acquire, lease_hand_back, lease_release, new_owner
-from runs.limits import RunLimits, check_budgets, check_create_rate, check_subject
+from runs.domain.step.commits import Commit
+from runs.engine.leases import lease_acquire, lease_hand_back, lease_release, new_owner
+from runs.fault_lab.fault_switch import require_faults_enabled
 from runs.models import Run
+from runs.privacy import erasure
+from runs.start.limits import RunLimits, check_budgets, check_create_rate, check_subject
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def run_create(
         require_faults_enabled()  # FAULTS_DISABLED: a plan here would silently do nothing
     run_id = new_run_id()
     now = clock.now_ms() if now_ms is None else now_ms
-    # The subject's limits (runs.limits; from settings unless given) are checked here, so the
+    # The subject's limits (runs.start.limits; from settings unless given) are checked here, so the
     # API, the scenario runner and the commands share them.
     limits = RunLimits.from_settings() if limits is None else limits
     check_budgets(budgets, limits)
@@ -259,13 +259,13 @@ def run_advance(
     hand the still-running run back to the end of ``queue``, so that one subject's long runs
     cannot hold every worker while another subject's run waits. The lease is released before
     the new message is sent, and names that message (``handed_back``; see
-    ``runs.leases.lease_acquire``): the task that takes it finds the lease free, and a
+    ``runs.engine.leases.lease_acquire``): the task that takes it finds the lease free, and a
     duplicate of an older turn drops out. A crash between the two leaves a running run with an
     expired lease and no message: the sweeper requeues it once it is stale, so a hand-back
     never loses a run; the lease keeps two tasks for one run from advancing it at once.
 
     Slicing is per run: a subject with k runs queued gets k turns for another subject's one.
-    That share is bounded by the active-runs limit (``runs.limits``), not by this function.
+    That share is bounded by the active-runs limit (``runs.start.limits``), not by this function.
     """
     owner = new_owner()
     if not lease_acquire(run_id=run_id, owner=owner, handed_back=handed_back, clock=clock):
@@ -313,9 +313,9 @@ def confirmation_decide(
 
     1. ``shown_hash`` is the proposal hash the person saw: if the pending proposal changed since,
        the decision is refused (a stale click can never approve a different proposal).
-    2. The confirmation's approver rule (policy.domain.approvers) says whether this person may
-       decide it (APPROVER_NOT_ALLOWED, ALREADY_APPROVED_BY_YOU). ``by`` that is not a user (a
-       scenario file replayed: trusted input, like the confirmations a run is created with)
+    2. The confirmation's approver rule (policy.domain.confirmation.approvers) says whether this
+       person may decide it (APPROVER_NOT_ALLOWED, ALREADY_APPROVED_BY_YOU). ``by`` that is not a
+       user (a scenario file replayed: trusted input, like the confirmations a run is created with)
        decides as one approver always did.
     3. An approval that is not the last one needed (the first of four eyes) is recorded and the
        run keeps waiting; the last one (or a decline) is the run's transition, as before.
@@ -494,7 +494,7 @@ def run_cancel(
 def run_values_erase(
     *, subject: str, values: Collection[str], by: str, ctx: RunsContext | None = None
 ) -> int:
-    """The runs side of a memory erase (runs.erasure); needs the caller's transaction."""
+    """The runs side of a memory erase (runs.privacy.erasure); needs the caller's transaction."""
     return erasure.run_values_erase(
         subject=subject, values=values, by=by, store=resolve(ctx).store()
     )

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from agentconsole.kernel.log_context import run_context
 from runs import services
-from runs.sweeper import sweep as run_sweep
+from runs.engine.sweeper import sweep as run_sweep
 
 
 def arrived_on(task: Any) -> str | None:

@@ -19,7 +19,7 @@ from runs import models as m
 from runs.domain import trace as ev
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import TERMINAL, Status
-from runs.leases import HELD_BY_WORKER
+from runs.engine.leases import HELD_BY_WORKER
 
 TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 # Waiting for a person: a confirmation to decide. (A run stopped with an open handoff is terminal,
@@ -132,7 +132,7 @@ def traces_complete(run_ids: Collection[str]) -> Check:
 
 def leases_live(run_ids: Collection[str], live_pids: Collection[int]) -> Check:
     """No run's lease is held (unexpired) by a process that is not a live worker. The owner is
-    ``host:pid:nonce`` (``runs.leases.new_owner``); a hand-back name holds nothing."""
+    ``host:pid:nonce`` (``runs.engine.leases.new_owner``); a hand-back name holds nothing."""
     now = timezone.now()
     held = (
         m.Run.objects.filter(pk__in=run_ids, lease_expires_at__gt=now)
@@ -148,7 +148,7 @@ def leases_live(run_ids: Collection[str], live_pids: Collection[int]) -> Check:
 
 
 def owner_pid(owner: str | None) -> int | None:
-    """The pid in a lease owner ``host:pid:nonce`` (``runs.leases.new_owner``)."""
+    """The pid in a lease owner ``host:pid:nonce`` (``runs.engine.leases.new_owner``)."""
     parts = (owner or "").split(":")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ROOT, percentile, private_database
+from bench.support.harness import ROOT, percentile, private_database
 from soak import stack as procs
 from soak.kills import Kill, kill_phase, recoveries
 from soak.stack import SoakError
@@ -178,7 +178,7 @@ def soak(cfg: Config, database_url: str, redis_url: str, say: Callable[[str], No
     from django.core.management import call_command
     from django.db import connections
 
-    from bench.stack import _user, forget_queue
+    from bench.support.stack import _user, forget_queue
 
     rng = random.Random(cfg.seed)  # noqa: S311 — reproducible kill times, not secrets
     started = time.monotonic()

@@ -4,7 +4,7 @@ them today. Workers have fixed Celery hostnames (``soak-w1@…``) and are restar
 same name after each SIGKILL.
 
 Every process is stopped in the ``ExitStack`` the caller owns (SIGTERM to the group, then
-SIGKILL), also when the soak fails; ``bench.stack._Proc`` does the process-group work.
+SIGKILL), also when the soak fails; ``bench.support.stack._Proc`` does the process-group work.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.stack import START_TIMEOUT_S, _bin, _free_port, _Proc
+from bench.support.stack import START_TIMEOUT_S, _bin, _free_port, _Proc
 from tests.support.procs import group
 
 

@@ -6,7 +6,7 @@ the first time each lease transition was seen, with the broker's queues at that 
 
 * ``lapse``: the dead worker's ``lease_expires_at`` (read right after the kill);
 * ``lapsed``: the lease was lapsed before that, its owner kept (a worker's reaper on this host
-  found the process dead: ``runs.leases.release_dead_local``);
+  found the process dead: ``runs.engine.leases.release_dead_local``);
 * ``released``: the lease became free (no owner);
 * ``resent``: the sweeper reserved the run for a re-send (``queued:resent-…``), the reservation's
   hold, and where its message is: which queue and how many messages are ahead of it;
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from soak.kills import Kill
 
 POLL_S = 0.1
-# runs.leases' names (imported there only once Django is set up): a hand-back's message, and
+# runs.engine.leases' names (imported there only once Django is set up): a hand-back's message, and
 # the sweeper's reservation for a re-send.
 HANDED_BACK = "queued:"
 RESENT = f"{HANDED_BACK}resent-"

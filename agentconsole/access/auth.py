@@ -32,12 +32,12 @@ password check, so simultaneous guesses all pass the check-then-count, the defec
 also has one failure limit for every lockout parameter (not 5 per account and 20 per address),
 a cool-off that restarts rather than a sliding window, keys the name as typed unless
 ``AXES_USERNAME_CALLABLE`` is set, and brings models, migrations and a middleware. The limiter
-here is ~100 lines and shared with the run-creation rate (``runs/limits.py``).
+here is ~100 lines and shared with the run-creation rate (``runs/start/limits.py``).
 
 Tokens. A token expires AGENTCONSOLE_TOKEN_TTL_S after it was created (an expired one is deleted
 on sight and refused with TOKEN_EXPIRED, on the API and on the websocket); a password change
 deletes the user's tokens; DELETE /api/auth/token/ revokes the caller's tokens. An open websocket
-closes when its token or session ends (agentconsole/access/ws_auth.py, runs/socket_guard.py).
+closes when its token or session ends (agentconsole/access/ws_auth.py, runs/web/socket_guard.py).
 """
 
 from __future__ import annotations

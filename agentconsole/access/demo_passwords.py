@@ -11,11 +11,11 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
-from runs.demo_users import DEMO_USERS
+from runs.demo.demo_users import DEMO_USERS
 
 log = logging.getLogger(__name__)
 
-# The accounts ``load_demo`` creates, each with its user name as password (runs/demo_users.py).
+# The accounts ``load_demo`` creates, each with its user name as password (runs/demo/demo_users.py).
 DEMO_PASSWORDS = {name: name for name, _role, _what in DEMO_USERS}
 
 

@@ -11,7 +11,7 @@ its session cookie is ignored.
 
 Either way the scope also gets a ``credential``: how the socket was authenticated (the token's
 key and expiry, or the session's key; the user's id), which the socket asks again while it is
-open and closes when it no longer holds (issue 21 item 6, runs/socket_guard.py). Its clock is
+open and closes when it no longer holds (issue 21 item 6, runs/web/socket_guard.py). Its clock is
 the application's (agentconsole/asgi.py): tests pass one they move by hand.
 """
 
@@ -41,7 +41,7 @@ from rest_framework.authtoken.models import Token
 
 from agentconsole.access.auth import live_token, token_expired, token_expires_at
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
-from runs.socket_guard import SESSION_ENDED, TOKEN_EXPIRED, TOKEN_REVOKED, USER_INACTIVE
+from runs.web.socket_guard import SESSION_ENDED, TOKEN_EXPIRED, TOKEN_REVOKED, USER_INACTIVE
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

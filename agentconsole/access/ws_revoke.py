@@ -1,8 +1,8 @@
 """Ring a user's open sockets when what let them open may have ended (issue 21 item 6).
 
-The ring (``runs.doorbell.ring_user``) says only "check again": the socket reads its credential
-and the user's roles from the database and closes if they no longer hold
-(runs/socket_guard.py). So ringing too often costs a check, never a wrong close, and every ring
+The ring (``runs.engine.doorbell.ring_user``) says only "check again": the socket reads its
+credential and the user's roles from the database and closes if they no longer hold
+(runs/web/socket_guard.py). So ringing too often costs a check, never a wrong close, and every ring
 goes out after commit: a socket that checks at once sees what the ring announces. Rung when:
 
 - a token is deleted: ``DELETE /api/auth/token/``, a password change (agentconsole/access/auth.py),
@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 from rest_framework.authtoken.models import Token
 
-from runs.doorbell import ring_user
+from runs.engine.doorbell import ring_user
 
 # Saving only these fields (``update_fields``) cannot end a socket's right: no ring.
 _CHANGES_ACCESS = {"password", "is_active", "is_superuser"}

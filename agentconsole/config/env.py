@@ -17,7 +17,8 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from policy.domain import mcp_stdio, strict_json
+from policy.domain import strict_json
+from policy.domain.mcp_tools import mcp_stdio
 from policy.domain.strict_json import JsonRefused
 
 
@@ -85,7 +86,7 @@ def json_list(name: str) -> list[str]:
 
 def mcp_stdio_commands(name: str = mcp_stdio.SETTING) -> tuple[tuple[str, ...], ...]:
     """The stdio MCP command lines the deployment allows: a JSON list of exact argv lists
-    (policy/domain/mcp_stdio.py). The old executable-only entries stop the start-up."""
+    (policy/domain/mcp_tools/mcp_stdio.py). The old executable-only entries stop the start-up."""
     try:
         return mcp_stdio.parse_allowlist(json_from_env(name))
     except mcp_stdio.AllowlistInvalid as exc:

@@ -1,7 +1,7 @@
 """The one rate limiter: a sliding window counter in Django's cache that *reserves* before acting.
 
 Used by the sign-in throttle (``agentconsole/access/auth.py``: failed sign-ins per account and per
-address) and by the run-creation rate (``runs/limits.py``: runs started per user).
+address) and by the run-creation rate (``runs/start/limits.py``: runs started per user).
 
 Why reserve first (issue 21 item 5). A limiter that reads the count, lets the action run, and
 counts it afterwards lets every request that read the count before the first one finished

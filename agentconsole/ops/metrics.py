@@ -50,11 +50,11 @@ from agentconsole.celery import app as celery_app
 from agentconsole.kernel.roles import is_operator
 from policy import confirmation_selectors
 from runs import selectors as run_selectors
-from runs import socket_guard
 from runs.calls import records as calls_records
 from runs.domain.state import RunState
-from runs.leases import lease_taken_over
-from runs.store import OrmRunStore
+from runs.engine.leases import lease_taken_over
+from runs.orm.store import OrmRunStore
+from runs.web import socket_guard
 
 log = logging.getLogger(__name__)
 

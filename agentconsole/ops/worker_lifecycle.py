@@ -2,9 +2,9 @@
 
 Start (``worker_ready``, in the main process): beat every ``AGENTCONSOLE_WORKER_HEARTBEAT_S``
 (agentconsole/ops/heartbeat.py) so /readyz sees a worker, and start the reaper: at once and every
-``AGENTCONSOLE_REAP_INTERVAL_S``, the runs held by processes of this host that no longer exist
-(a predecessor killed with SIGKILL, a pool process the kernel killed, a sibling worker's) are
-sent on at once to a queue this worker consumes (``runs.sweeper.recover_dead_local``). The main
+``AGENTCONSOLE_REAP_INTERVAL_S``, the runs held by processes of this host that no longer exist (a
+predecessor killed with SIGKILL, a pool process the kernel killed, a sibling worker's) are sent on
+at once to a queue this worker consumes (``runs.engine.sweeper.recover_dead_local``). The main
 process does it, not a task: every pool process may be busy with steps while a run waits.
 
 Stop (``worker_shutdown`` after a warm shutdown; at interpreter exit after a cold one, which
@@ -32,8 +32,8 @@ from django.core.cache import close_caches
 from django.db import close_old_connections, connections
 
 from agentconsole.ops import heartbeat
-from runs.leases import release_dead_local
-from runs.sweeper import recover_dead_local
+from runs.engine.leases import release_dead_local
+from runs.engine.sweeper import recover_dead_local
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ class DeliveryStatus(enum.StrEnum):
 OPERATOR, REVIEWER, USER = "operator", "reviewer", "user"
 ROLES = (OPERATOR, REVIEWER, USER)
 
-# Who acts on a confirmation, by its approver rule (policy.domain.approvers): the run's own
-# person is a "user", an independent approver an "operator".
+# Who acts on a confirmation, by its approver rule (policy.domain.confirmation.approvers): the run's
+# own person is a "user", an independent approver an "operator".
 _CONFIRMATION_ROLES = {
     "owner_or_operator": (OPERATOR, USER),
     "owner": (USER,),

@@ -2,7 +2,7 @@
 
 The scheme is versioned: ``HASH_SCHEME`` is stored beside each persisted hash so that a future
 change of the scheme can never silently re-interpret an old hash. Golden vectors in
-``tests/domain/test_canonical.py`` pin the output.
+``tests/domain/policy_domain/test_canonical.py`` pin the output.
 """
 
 from __future__ import annotations
@@ -218,8 +218,8 @@ MCP_PIN_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema",
 
 
 def mcp_tool_pin(listing: Any, scheme: str = HASH_SCHEME) -> str:
-    """What an operator accepts of an MCP tool (``policy.domain.mcp``): the hash of the fields
-    of its ``tools/list`` entry that change what the tool is or how it is described to a
+    """What an operator accepts of an MCP tool (``policy.domain.mcp_tools.mcp``): the hash of the
+    fields of its ``tools/list`` entry that change what the tool is or how it is described to a
     planner. An absent field and ``null`` pin alike (servers differ in which they send)."""
     fields = listing if isinstance(listing, dict) else {}
     return content_hash(

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from policy.domain.approvers import DEFAULT_RULE, ApproverRule
-from policy.domain.argument_policy import ArgumentRule, parse_rules
+from policy.domain.confirmation.approvers import DEFAULT_RULE, ApproverRule
 from policy.domain.errors import RegistryError
 from policy.domain.observations import TrustLabel
+from policy.domain.origins.argument_policy import ArgumentRule, parse_rules
 from policy.domain.outcomes import ToolOutcome, Verification
 
 
@@ -288,13 +288,13 @@ class ToolContract:
     max_input_bytes: int = 16 * 1024
     isolated: bool = False
     secret_names: tuple[str, ...] = ()
-    # Who may approve a confirmation of this tool (policy.domain.approvers); a deployment's or
-    # profile's tool policy may choose another where the gate holds the proposal.
+    # Who may approve a confirmation of this tool (policy.domain.confirmation.approvers); a
+    # deployment's or profile's tool policy may choose another where the gate holds the proposal.
     approvers: ApproverRule = DEFAULT_RULE
     # The same call, for a process built for waiting (None: it runs in the executor only).
     waiting: Waiting | None = None
     # What a call may do with an argument derived from untrusted content, per top-level
-    # argument: "refuse", "confirm" or "carry" (policy.domain.argument_policy). The tool's
+    # argument: "refuse", "confirm" or "carry" (policy.domain.origins.argument_policy). The tool's
     # author knows which of its arguments steer the effect (a recipient) and which carry data.
     untrusted_arguments: Mapping[str, ArgumentRule] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import Any
 
-from policy.domain.approvers import DEFAULT_RULE, ApproverRule
+from policy.domain.confirmation.approvers import DEFAULT_RULE, ApproverRule
 
 # Set only while the gate (or a ledger restore) constructs a command. A field would be copied
 # by ``dataclasses.replace``; a flag that is off during any other construction cannot be.
@@ -63,7 +63,7 @@ def restore_command(**fields: Any) -> ExecutableCommand:
     """Rebuild a command the gate issued earlier, from its persisted ledger row.
 
     Recovery and handoff retries re-issue the *same* command with the *same* token; they never
-    go back through the planner. Only the ledger adapter (``runs.store``) calls this, with the
+    go back through the planner. Only the ledger adapter (``runs.orm.store``) calls this, with the
     fields of a row that the gate's own command wrote.
     """
     return _issue(**fields)
@@ -104,9 +104,9 @@ class NeedsConfirmation:
     # None when the contract's own confirmation mode did. With the untrusted ids it names.
     trigger: str | None = None
     untrusted_ids: tuple[str, ...] = ()
-    # The arguments whose untrusted provenance made it wait (policy.domain.argument_policy).
+    # The arguments whose untrusted provenance made it wait (policy.domain.origins.argument_policy).
     untrusted_arguments: tuple[str, ...] = ()
-    # Who may approve the confirmation this asks for (policy.domain.approvers).
+    # Who may approve the confirmation this asks for (policy.domain.confirmation.approvers).
     approvers: ApproverRule = DEFAULT_RULE
 
 

@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from policy.domain import canonical as hashing
-from policy.domain.approvers import ApproverRule, approver_rule
-from policy.domain.confirmations import Confirmation, ConfirmationCheck, check_confirmation
+from policy.domain.confirmation.approvers import ApproverRule, approver_rule
+from policy.domain.confirmation.confirmations import (
+    Confirmation,
+    ConfirmationCheck,
+    check_confirmation,
+)
 from policy.domain.contracts import CallFacts, ResourceError, ToolContract, bind_resource
 from policy.domain.decisions import (
     Decision,
@@ -26,8 +30,8 @@ from policy.domain.decisions import (
     _issue,
 )
 from policy.domain.grants import CapabilityGrant, authorize
+from policy.domain.origins.provenance import ArgumentProvenance
 from policy.domain.proposals import ActionProposal
-from policy.domain.provenance import ArgumentProvenance
 from policy.domain.registry import RegisteredTool, ToolRegistry
 from policy.domain.tool_policy import EMPTY, ToolPolicy, join_approvers, requirement
 
@@ -128,7 +132,7 @@ def evaluate(
     now_ms: int,
     provenance: ArgumentProvenance | None = None,
 ) -> Decision:
-    """``provenance``: where each argument's value came from (policy.domain.provenance),
+    """``provenance``: where each argument's value came from (policy.domain.origins.provenance),
     computed by the runtime. Without it every argument counts as untrusted-derived: a tool
     with argument rules or ``when_untrusted`` refuses or asks (fail closed)."""
     passed: list[str] = ["parse"]

@@ -5,12 +5,12 @@ than the rest of the gate together (measured with ``make bench``), so the verdic
 ``jsonschema_rs`` (a conforming Draft 2020-12 validator in Rust) and python-jsonschema is asked
 only *why* an input failed, for the stable violation code.
 
-The two agree on every keyword tool contracts use (a property test over generated schemas and
-values pins it, tests/domain/test_schema_equivalence.py) except one: ``pattern``. JSON Schema
+The two agree on every keyword tool contracts use (a property test over generated schemas and values
+pins it, tests/domain/policy_domain/test_schema_equivalence.py) except one: ``pattern``. JSON Schema
 says ECMA-262 regular expressions, and jsonschema_rs follows it; python-jsonschema uses Python's
 ``re``, which is looser (``$`` also matches before a final newline, ``\\d`` matches any Unicode
-digit). So for a schema with a ``pattern`` anywhere the input must satisfy *both*: the verdict
-is never looser than either validator.
+digit). So for a schema with a ``pattern`` anywhere the input must satisfy *both*: the verdict is
+never looser than either validator.
 
 The hand-written predicate that used to live here compared ``enum``/``const`` with Python
 ``==`` and accepted ``[true]`` for ``enum: [[1]]``: it is gone (issue 9 item 2).

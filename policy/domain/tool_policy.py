@@ -9,7 +9,7 @@ of one shape::
                      "approvers": "owner_or_operator" | "owner" | "operator" | "four_eyes"}}
 
 ``arguments`` says what a call may do with an argument whose value derives from untrusted
-content (policy.domain.argument_policy, policy.domain.provenance).
+content (policy.domain.origins.argument_policy, policy.domain.origins.provenance).
 
 A tool the policy does not name keeps its contract's own confirmation mode. A run records its
 *effective* policy when it is created (``join`` of the deployment's and its profile's), so the
@@ -33,13 +33,19 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from policy.domain.approvers import ApproverRule
-from policy.domain.argument_policy import ArgumentRule, join_rules, loosened, rule_for, stricter
 from policy.domain.canonical import json_equal
+from policy.domain.confirmation.approvers import ApproverRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContract
 from policy.domain.errors import DomainError
 from policy.domain.grants import Constraint
-from policy.domain.provenance import OVERFLOW_ID, ArgumentProvenance
+from policy.domain.origins.argument_policy import (
+    ArgumentRule,
+    join_rules,
+    loosened,
+    rule_for,
+    stricter,
+)
+from policy.domain.origins.provenance import OVERFLOW_ID, ArgumentProvenance
 
 
 class ConfirmationPolicy(enum.StrEnum):

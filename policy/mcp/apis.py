@@ -31,8 +31,8 @@ def _operator(request: Request) -> None:
 
 
 class ServerIn(StrictSerializer):
-    # The spec itself is checked by McpServerSpec (policy.domain.mcp): one set of rules for
-    # the API, the command and the console.
+    # The spec itself is checked by McpServerSpec (policy.domain.mcp_tools.mcp): one set of rules
+    # for the API, the command and the console.
     name = serializers.CharField(max_length=32)
     transport = serializers.ChoiceField(choices=["stdio", "http"])
     command = serializers.CharField(max_length=512, required=False)

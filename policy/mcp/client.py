@@ -32,14 +32,14 @@ from mcp.types import RequestParamsMeta
 
 from policy.domain import strict_json
 from policy.domain.contracts import BeforeSend, CancelSignal, ToolContext
-from policy.domain.mcp import (
+from policy.domain.mcp_tools.mcp import (
     IDEMPOTENCY_META_KEY,
     TRACE_HEADERS,
     McpError,
     McpServerSpec,
     result_outcome,
 )
-from policy.domain.mcp import (
+from policy.domain.mcp_tools.mcp import (
     pin as listing_pin,
 )
 from policy.domain.outcomes import ToolOutcome

@@ -11,7 +11,7 @@ from django.db.models import Count, Max
 
 from policy.domain.contracts import ToolContract
 from policy.domain.errors import DomainError, NotFound
-from policy.domain.mcp import (
+from policy.domain.mcp_tools.mcp import (
     AcceptedTool,
     McpAsyncCall,
     McpCall,
@@ -22,7 +22,7 @@ from policy.domain.mcp import (
     mcp_contract,
     tighten_schema,
 )
-from policy.domain.mcp_stdio import stdio_refusal
+from policy.domain.mcp_tools.mcp_stdio import stdio_refusal
 from policy.models import McpServer, McpTool
 
 log = logging.getLogger(__name__)

@@ -18,15 +18,15 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from policy.domain.errors import NotFound, RegistryError
-from policy.domain.mcp import (
+from policy.domain.mcp_tools.mcp import (
     AcceptedTool,
     McpError,
     McpServerSpec,
     McpToolPolicy,
     mcp_contract,
 )
-from policy.domain.mcp_listing import RefusedTool, screen
-from policy.domain.mcp_stdio import stdio_refusal
+from policy.domain.mcp_tools.mcp_listing import RefusedTool, screen
+from policy.domain.mcp_tools.mcp_stdio import stdio_refusal
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import RegisteredTool
 from policy.models import McpServer, McpTool
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Listed:
     """A server as registered or refreshed, and the entries of its listing that were refused
-    (``policy.domain.mcp_listing``): the API and the command show them."""
+    (``policy.domain.mcp_tools.mcp_listing``): the API and the command show them."""
 
     server: McpServer
     refused: tuple[RefusedTool, ...]
@@ -54,8 +54,8 @@ class McpConflict(McpError):
 
 def command_allowed(spec: McpServerSpec, allowed: Sequence[Sequence[str]]) -> None:
     """A stdio server is a process the worker starts: an operator picks among the whole command
-    lines the deployment allows (``AGENTCONSOLE_MCP_STDIO_COMMANDS``), else registering a
-    server would be running any program on the workers' hosts (policy/domain/mcp_stdio.py)."""
+    lines the deployment allows (``AGENTCONSOLE_MCP_STDIO_COMMANDS``), else registering a server
+    would be running any program on the workers' hosts (policy/domain/mcp_tools/mcp_stdio.py)."""
     if spec.transport != "stdio":
         return
     refusal = stdio_refusal(spec.command, spec.args, spec.env_secrets, allowed)

@@ -18,8 +18,8 @@ from agentconsole.kernel.roles import is_operator
 from agentconsole.kernel.status import domain_status
 from policy.domain.contracts import ConfirmationMode, SideEffect
 from policy.domain.errors import DomainError, NotFound
-from policy.domain.mcp import MAX_TIMEOUT_MS
-from policy.domain.mcp_listing import tool_name_ok
+from policy.domain.mcp_tools.mcp import MAX_TIMEOUT_MS
+from policy.domain.mcp_tools.mcp_listing import tool_name_ok
 from policy.mcp import selectors, services
 
 PAGE = "console/tools/list.html"
@@ -47,8 +47,8 @@ def _page(request: HttpRequest, *, error: DomainError | None = None) -> HttpResp
             tool["listing_json"] = pretty_json(tool["listing"]) if tool["listing"] else ""
             tool["schema_json"] = pretty_json(tool["input_schema"]) if tool["input_schema"] else ""
             tool["hints"] = annotation_hints((tool["listing"] or {}).get("annotations"))
-            # A name stored before names were checked (policy.domain.mcp_listing) has no URL:
-            # it is shown, escaped, and cannot be accepted (a refresh drops it).
+            # A name stored before names were checked (policy.domain.mcp_tools.mcp_listing) has no
+            # URL: it is shown, escaped, and cannot be accepted (a refresh drops it).
             ok = tool_name_ok(tool["name"])
             tool["accept_url"] = (
                 reverse("mcp-tool-accept", args=[server["name"], tool["name"]]) if ok else ""

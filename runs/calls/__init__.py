@@ -10,5 +10,5 @@ database and made by the gateway process (``manage.py gateway``), which is built
 - ``endpoints``: one asynchronous client per model endpoint.
 - ``doorbell``: how a worker wakes the gateway after it recorded a request.
 
-The pure half (what a call is, its states, its id) is ``runs.domain.calls``.
+The pure half (what a call is, its states, its id) is ``runs.domain.gateway.calls``.
 """

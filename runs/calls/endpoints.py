@@ -6,10 +6,10 @@ calls the database already let go). Several small pools, not one large one: http
 every connection of its pool on each request's events, so one pool's cost per call grows with
 the calls in flight (py-spy of the gateway with 200 calls waiting: most of its time was there).
 The client's own retries are off: a failed attempt goes back to the database as a retry with its
-backoff (``runs.domain.model_planning.next_delay_ms``), so a 429's wait holds no slot.
+backoff (``runs.domain.gateway.model_planning.next_delay_ms``), so a 429's wait holds no slot.
 
-What a response or a failure means is the pure ``runs.domain.model_planning`` (the same rules as
-the inline planner, ``runs.planners.openai_planner``).
+What a response or a failure means is the pure ``runs.domain.gateway.model_planning`` (the same
+rules as the inline planner, ``runs.planners.openai_planner``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import openai
 
-from runs.domain import model_planning as mp
+from runs.domain.gateway import model_planning as mp
 from runs.planners.openai_planner import PLACEHOLDER_KEY, ModelEndpoint, failure_of, json_body
 
 

@@ -1,8 +1,8 @@
 """The gateway: one asyncio process that makes the calls runs wait on (issue 22): model calls,
 and the calls of tools that only wait (MCP tools, ``runs.calls.tools``).
 
-Workers record requests (``runs.domain.calls``); the gateway sends them, thousands in flight in
-one process, and hands each answered run back to the workers. Its loop:
+Workers record requests (``runs.domain.gateway.calls``); the gateway sends them, thousands in flight
+in one process, and hands each answered run back to the workers. Its loop:
 
 1. Claim due calls, per model endpoint or MCP server within its limit of calls in flight,
    subjects in turn (``records.claim``: a compare-and-set under a lease, one attempt recorded
@@ -38,8 +38,8 @@ from runs.calls import endpoints as ep
 from runs.calls import records
 from runs.calls import tools as tool_calls
 from runs.calls.tools import Tools
-from runs.domain import model_planning as mp
 from runs.domain.clock import SYSTEM_CLOCK, Clock, as_datetime
+from runs.domain.gateway import model_planning as mp
 from runs.planners.openai_planner import ModelEndpoint
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
-"""The records of calls runs wait on (runs.domain.calls has the life of a call): a model
+"""The records of calls runs wait on (runs.domain.gateway.calls has the life of a call): a model
 planner's requests and, since issue 22 item 4, the calls of tools that only wait (MCP tools),
 one table told apart by ``kind``, so both share the gateway's claim, lease, fair turns and
 per-lane limit (``endpoint``: a model endpoint's name, or ``mcp:<server>``).
 
-Written only by ``runs.calls.records`` (the gateway's side) and ``runs.writers`` (a step's
+Written only by ``runs.calls.records`` (the gateway's side) and ``runs.orm.writers`` (a step's
 side: the request with the run's commit, the step that takes the reply, the stop that abandons
 it). Invariants in the database: one call per run and step, a known status, attempts counted
 from one, one row per attempt.
@@ -15,11 +15,11 @@ from django.db import models
 from django.db.models import Q
 
 from policy.domain.canonical import HASH_SCHEME
-from runs.domain.calls import CallKind, CallStatus
+from runs.domain.gateway.calls import CallKind, CallStatus
 
 
 class ModelCall(models.Model):
-    # runs.domain.calls.call_id (a model call), tool_call_id (a tool call)
+    # runs.domain.gateway.calls.call_id (a model call), tool_call_id (a tool call)
     id = models.CharField(primary_key=True, max_length=96)
     run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="model_calls")
     kind = models.CharField(
@@ -50,7 +50,7 @@ class ModelCall(models.Model):
     not_before = models.DateTimeField()
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    # The model's reply, or a tool call's outcome (runs.domain.calls.tool_reply).
+    # The model's reply, or a tool call's outcome (runs.domain.gateway.calls.tool_reply).
     reply = models.JSONField(null=True, blank=True)
     # A tool call: when ``tools/call`` first went out (marked before it does). A call lost with
     # its gateway after this may have had its effect.

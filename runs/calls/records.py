@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce, RowNumber
 
 from agentconsole.kernel import sqlbatch
 from runs.calls.models import CallAttempt, ModelCall
-from runs.domain.calls import OPEN, CallKind, CallStatus
+from runs.domain.gateway.calls import OPEN, CallKind, CallStatus
 
 SENDING = CallStatus.SENDING.value
 QUEUED = CallStatus.QUEUED.value
@@ -109,7 +109,7 @@ def claim(
 
     A gateway never claims a call under its own lease again, even one whose lease lapsed (a
     renewal late under load): it is still sending it, and the answer on its way is that
-    attempt's. (A restarted gateway is another owner: ``runs.leases.new_owner``.)
+    attempt's. (A restarted gateway is another owner: ``runs.engine.leases.new_owner``.)
     """
     with transaction.atomic():
         if connection.vendor == "postgresql":

@@ -1,6 +1,6 @@
 """The gateway's tool calls (issue 22 item 4): a command's call of a tool that only waits (an
 MCP tool, ``ToolContract.waiting``), made on the gateway's event loop while its run holds no
-worker (runs.domain.calls has the life of a call).
+worker (runs.domain.gateway.calls has the life of a call).
 
 The outcome is recorded as it came (secrets scrubbed); the run's next step checks it as the
 executor checks its own calls (output schema, post-condition) and settles the ledger.
@@ -8,7 +8,7 @@ executor checks its own calls (output schema, post-condition) and settles the le
 A call a gateway lost (it died, or stopped with the call in flight) is claimed again as a new
 attempt. Before ``tools/call`` goes out the gateway marks the call sent (``records.mark_sent``),
 so the next attempt knows where the last one got to, and follows the ledger's recovery rule
-(``runs.executor.ThreadExecutor.recover``): never sent, or a read or idempotent write (same
+(``runs.engine.executor.ThreadExecutor.recover``): never sent, or a read or idempotent write (same
 token), send it; otherwise the effect is unknown and a person decides (the step reconciles
 first when the tool can be asked).
 """
@@ -23,8 +23,8 @@ from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
 from runs.calls import records
-from runs.domain.calls import tool_reply
-from runs.executor import scrubbed, tool_secrets
+from runs.domain.gateway.calls import tool_reply
+from runs.engine.executor import scrubbed, tool_secrets
 
 # The code of a write whose request went out from a gateway that was lost before its answer.
 GATEWAY_LOST = "GATEWAY_LOST"

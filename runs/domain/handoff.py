@@ -6,7 +6,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-from policy.domain.redaction import redact_secrets
+from policy.domain.secrets.redaction import redact_secrets
 from runs.domain.ledger import LedgerStatus
 from runs.domain.machine import StopReason
 from runs.domain.state import RunState

@@ -10,13 +10,14 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from memory.domain.working import WorkingItem, admit
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
-from policy.domain.taint import RunIndex
-from runs.domain.calls import (
+from policy.domain.origins.taint import RunIndex
+from runs.domain.errors import IntegrityViolation, VersionConflict
+from runs.domain.gateway.calls import (
     OPEN,
     SETTLED,
     CallRecord,
@@ -25,10 +26,9 @@ from runs.domain.calls import (
     call_id,
     tool_call_id,
 )
-from runs.domain.commits import Commit
-from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.ledger import LedgerStatus
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit
 from runs.domain.trace_chain import Link, link_events
 
 
@@ -73,7 +73,8 @@ class InMemoryRunStore:
         self.working: dict[str, list[WorkingItem]] = defaultdict(list)
         # Each run's provenance index (the ORM adapter's ``TaintEntry`` rows), kept built.
         self.taint: dict[str, RunIndex] = defaultdict(RunIndex)
-        # Model calls by id (runs.domain.calls): what the ORM adapter keeps in ``ModelCall``.
+        # Model calls by id (runs.domain.gateway.calls): what the ORM adapter keeps in
+        # ``ModelCall``.
         self.calls: dict[str, dict[str, Any]] = {}
 
     def create(
@@ -231,7 +232,7 @@ class InMemoryRunStore:
     def _write_confirmations(self, commit: Commit) -> None:
         run_id = commit.state.run_id
         confirmations = self._confirmations[run_id]
-        # The decision first, as the ORM adapter writes it (runs.writers.AFTER).
+        # The decision first, as the ORM adapter writes it (runs.orm.writers.AFTER).
         if commit.confirmation_decision is not None:
             cid, status, _reason = commit.confirmation_decision
             confirmations[cid] = confirmations[cid].model_copy(

@@ -6,18 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from policy.domain.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.approvers import DEFAULT_RULE, ApproverRule, approvals_needed
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 from policy.domain.contracts import ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.observations import ObservationKind, TrustLabel
 from policy.domain.outcomes import OutcomeStatus
 from runs.domain import trace as ev
 from runs.domain import writes
-from runs.domain.calls import ModelRequest
-from runs.domain.commits import ApprovalRecord, Builder, Commit, proposal_id_of
+from runs.domain.gateway.calls import ModelRequest
 from runs.domain.machine import Event, Status, StopReason
 from runs.domain.state import RunState
+from runs.domain.step.commits import ApprovalRecord, Builder, Commit, proposal_id_of
 from runs.domain.trace import MAX_DETAIL_STRING
 
 MAX_DECISION_REASON = 1_000  # what a person writes with a decision (the console's form caps it)

@@ -47,7 +47,7 @@ class StopReason(enum.StrEnum):
     PLANNER_FAILED = "PLANNER_FAILED"
     PLANNER_EXHAUSTED = "PLANNER_EXHAUSTED"
     UNKNOWN_PLANNER = "UNKNOWN_PLANNER"
-    # The model planner's endpoint (runs.domain.model_planning), once retries are spent.
+    # The model planner's endpoint (runs.domain.gateway.model_planning), once retries are spent.
     PLANNER_TIMEOUT = "PLANNER_TIMEOUT"
     PLANNER_RATE_LIMITED = "PLANNER_RATE_LIMITED"
     PLANNER_UNAVAILABLE = "PLANNER_UNAVAILABLE"

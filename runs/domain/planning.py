@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from policy.domain.errors import DomainError
-from runs.domain.calls import CallRecord, ModelRequest
+from runs.domain.gateway.calls import CallRecord, ModelRequest
 from runs.domain.state import RunState
 
 
@@ -70,9 +70,9 @@ class Planner(Protocol):
 @runtime_checkable
 class WaitingPlanner(Protocol):
     """A planner whose step waits on a model, asked in two halves so the wait holds no worker
-    (runs.domain.calls): ``request`` builds what to send (pure), ``answer`` reads the recorded
-    reply (pure; raises ``PlannerError`` when the call failed for good). ``next`` still makes
-    the whole step in one call, for a runner that is not told to split (inline mode)."""
+    (runs.domain.gateway.calls): ``request`` builds what to send (pure), ``answer`` reads the
+    recorded reply (pure; raises ``PlannerError`` when the call failed for good). ``next`` still
+    makes the whole step in one call, for a runner that is not told to split (inline mode)."""
 
     source: str
 

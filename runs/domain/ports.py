@@ -1,5 +1,5 @@
 """Ports the runner talks to (STYLE habit 2). An in-memory adapter (``inmemory_store``) and the ORM
-adapter (``runs.store``) implement them and pass one conformance suite."""
+adapter (``runs.orm.store``) implement them and pass one conformance suite."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memory.domain.working import WorkingItem
-from policy.domain.confirmations import Confirmation
+from policy.domain.confirmation.confirmations import Confirmation
 from policy.domain.contracts import CancelSignal, ToolContract
 from policy.domain.decisions import ExecutableCommand
 from policy.domain.grants import CapabilityGrant
 from policy.domain.observations import Observation
 from policy.domain.outcomes import ToolOutcome, Verification
-from runs.domain.calls import CallRecord
-from runs.domain.commits import Commit, Lookups
+from runs.domain.gateway.calls import CallRecord
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit, Lookups
 
 
 class RunStore(Protocol):
@@ -67,11 +67,11 @@ class RunStore(Protocol):
         ...
 
     def model_call(self, run_id: str, step: int, version: int | None = None) -> CallRecord | None:
-        """The model call recorded for the run's ``step`` (runs.domain.calls), if any."""
+        """The model call recorded for the run's ``step`` (runs.domain.gateway.calls), if any."""
         ...
 
     def tool_call(self, run_id: str, token: str, attempt: int) -> CallRecord | None:
-        """The gateway's call of a command's ``attempt`` (runs.domain.calls), if one was
+        """The gateway's call of a command's ``attempt`` (runs.domain.gateway.calls), if one was
         recorded (None: the command runs, or ran, in a worker)."""
         ...
 
@@ -132,7 +132,8 @@ def no_watch(run_id: str, cancel: CancelSignal) -> Iterator[None]:
 
 
 class StepQuota(Protocol):
-    """A subject's daily step quota (``runs.limits``): one unit taken before each planner step."""
+    """A subject's daily step quota (``runs.start.limits``): one unit taken before each planner
+    step."""
 
     def take(self, subject: str, now_ms: int) -> bool: ...
 

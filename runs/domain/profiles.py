@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from policy.domain.canonical import json_equal
 from policy.domain.errors import DomainError
 from policy.domain.grants import CapabilityGrant, Constraint
-from policy.domain.redaction import redact_secrets
+from policy.domain.secrets.redaction import redact_secrets
 from policy.domain.tool_policy import (
     EMPTY,
     ToolFacts,
@@ -43,7 +43,7 @@ from runs.domain.budgets import (
     Tokens,
     ToolCalls,
 )
-from runs.domain.model_planning import PLANNER_KIND, PlannerConfigInvalid, check_config
+from runs.domain.gateway.model_planning import PLANNER_KIND, PlannerConfigInvalid, check_config
 
 PLACEHOLDER = "{subject}"
 PLANNER_KINDS = ("fixture", PLANNER_KIND)

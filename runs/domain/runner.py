@@ -24,13 +24,11 @@ from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle, planning, tool_waits
 from runs.domain import telemetry as tel
-from runs.domain.calls import OPEN, SETTLED, call_id
 from runs.domain.clock import Clock, SystemClock
-from runs.domain.commits import Commit
-from runs.domain.decide import decide
 from runs.domain.errors import IntegrityViolation, VersionConflict
+from runs.domain.gateway.calls import OPEN, SETTLED, call_id
+from runs.domain.gateway.model_planning import offerable, usable_capabilities
 from runs.domain.machine import Status, StopReason
-from runs.domain.model_planning import offerable, usable_capabilities
 from runs.domain.planning import (
     Planner,
     PlannerContext,
@@ -40,8 +38,10 @@ from runs.domain.planning import (
     unwrap,
 )
 from runs.domain.ports import Execution, Executor, RunStore, StepQuota, Watch, no_watch
-from runs.domain.settle import settle
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit
+from runs.domain.step.decide import decide
+from runs.domain.step.settle import settle
 from runs.domain.telemetry import NOOP_TELEMETRY, Attributes, Span, Telemetry
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Runner:
         self.watch = watch or no_watch
         self.quota = quota
         self.telemetry = telemetry or NOOP_TELEMETRY
-        # Split a waiting planner's step at its model call (runs.domain.calls): the gateway
+        # Split a waiting planner's step at its model call (runs.domain.gateway.calls): the gateway
         # makes the call. False: the planner calls in this process (inline mode, the tests'
         # in-process runs, the scenario runner).
         self.defer_calls = defer_calls
@@ -293,7 +293,7 @@ class Runner:
     def _plan_waiting(
         self, state: RunState, planner: WaitingPlanner, grants: Sequence[CapabilityGrant], now: int
     ) -> _Planned | Commit | None:
-        """The step split at the model call (runs.domain.calls).
+        """The step split at the model call (runs.domain.gateway.calls).
 
         1. No call recorded for this step: pay the step, build the request from the bounded
            context and commit it with the run. The gateway sends it; this worker lets go.

@@ -54,7 +54,7 @@ class RunState(BaseModel):
     writes_rejected: int | None = 0
     writes_failed: int | None = 0
     writes_unknown: int | None = 0
-    # How much content the run's provenance index holds (policy.domain.taint.budget), in
+    # How much content the run's provenance index holds (policy.domain.origins.taint.budget), in
     # characters. None: it overflowed, or the run is from before the index: every argument
     # then counts as untrusted-derived (fail closed).
     taint_chars: int | None = 0

@@ -36,8 +36,8 @@ from policy.domain.contracts import ToolContract
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
 from policy.domain.registry import ToolRegistry
 from runs.domain import trace as ev
-from runs.domain.commits import Commit
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit
 
 AttributeValue = str | bool | int | float
 Attributes = Mapping[str, AttributeValue]

@@ -1,4 +1,5 @@
-"""The runner's half of a tool call made by the gateway (issue 22 item 4; runs.domain.calls).
+"""The runner's half of a tool call made by the gateway (issue 22 item 4;
+runs.domain.gateway.calls).
 
 A command whose contract can wait (``ToolContract.waiting``: an MCP tool), in a runner that
 defers calls, is not run in the worker: its ledger intent commits with the request for the
@@ -18,13 +19,13 @@ from policy.domain.decisions import ExecutableCommand, reissue
 from policy.domain.outcomes import OutcomeStatus
 from runs.domain import lifecycle
 from runs.domain import telemetry as tel
-from runs.domain.calls import OPEN, SETTLED, ToolRequest, recorded_outcome, tool_call_id
 from runs.domain.clock import Clock
-from runs.domain.commits import Commit
 from runs.domain.errors import VersionConflict
+from runs.domain.gateway.calls import OPEN, SETTLED, ToolRequest, recorded_outcome, tool_call_id
 from runs.domain.machine import Status
 from runs.domain.ports import Execution, Executor, RunStore
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit
 from runs.domain.telemetry import Telemetry
 
 

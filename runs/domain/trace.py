@@ -9,15 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy.domain.redaction import redact_secrets
+from policy.domain.secrets.redaction import redact_secrets
 
 RUN_CREATED = "run.created"
 RUN_STARTED = "run.started"
 PLANNER_OUTPUT = "planner.output"
-# A model planner's request, recorded before it is sent (runs.domain.calls).
+# A model planner's request, recorded before it is sent (runs.domain.gateway.calls).
 PLANNER_REQUESTED = "planner.requested"
 PROPOSAL_RECEIVED = "proposal.received"
-# Where each argument's value came from, as the runtime computed it (policy.domain.provenance).
+# Where each argument's value came from, as the runtime computed it
+# (policy.domain.origins.provenance).
 PROPOSAL_PROVENANCE = "proposal.provenance"
 PROPOSAL_SCHEMA_VALIDATED = "proposal.schema.validated"
 POLICY_CAPABILITY_CHECKED = "policy.capability.checked"

@@ -8,7 +8,7 @@ run's compare-and-set on its version makes that head the current one: two writer
 link to the same head (the second matches no row and writes nothing). Linking costs two hashes
 per event and reads nothing.
 
-An erase rewrites event details (``runs.erasure``) and keeps each content digest: it records
+An erase rewrites event details (``runs.privacy.erasure``) and keeps each content digest: it records
 the digest of the rewritten content beside it (``erased_digest``), and its own
 ``run.values-erased`` event seals the list of rewritten events (``canonical.trace_erase_seal``).
 The chain runs over the kept content digests, so it still verifies; an edit made to look like

@@ -70,7 +70,7 @@ _COUNTED_AS = {
 
 
 def recount(state: Any, *, row_status: str, effect: str) -> None:
-    """A reviewer settled a write the runtime could not (runs.handoffs): it no longer counts
+    """A reviewer settled a write the runtime could not (runs.people.handoffs): it no longer counts
     as it was left (unknown; a failed post-condition) but as the reviewer found it: present
     is a write that took effect, absent or compensated one that did not. A row never settled
     (a crashed worker's ``started``) was not counted before, so it is only counted now."""

@@ -3,7 +3,7 @@ that rewrites an event's identity (id, run, sequence, event, proposal id, creati
 the application, the admin, a shell or raw SQL alike.
 
 Limits, on purpose:
-- ``details`` stays writable at the database level: erasure (``runs.erasure``) replaces erased
+- ``details`` stays writable at the database level: erasure (``runs.privacy.erasure``) replaces erased
   values in it, the one sanctioned rewrite; the model and its queryset refuse every update.
 - No DELETE trigger: test databases are emptied with DELETE on SQLite (Django's flush) and by
   ``tests/memory/memory_kit.delete_committed_rows`` on both; a run's events are already kept by

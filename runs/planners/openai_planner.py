@@ -1,9 +1,9 @@
 """The model planner's I/O half (issue 12 item 1): one chat-completions call per planner step
 to an OpenAI-compatible endpoint, through the official ``openai`` client, with retries.
 
-What to send and what the answer means is ``runs.domain.model_planning`` (pure, tested without
-a network). Here: the endpoint from settings, the call, the classification of its failures and
-the backoff between attempts, bounded by the run's deadline.
+What to send and what the answer means is ``runs.domain.gateway.model_planning`` (pure, tested
+without a network). Here: the endpoint from settings, the call, the classification of its failures
+and the backoff between attempts, bounded by the run's deadline.
 
 The API key lives only in the ``ModelEndpoint`` built from settings and in the client's
 ``Authorization`` header: never in the run's planner configuration (which names the endpoint),
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from policy.domain import strict_json
 from policy.domain.strict_json import JsonRefused
-from runs.domain import model_planning as mp
-from runs.domain.calls import CallRecord, CallStatus, ModelRequest
 from runs.domain.clock import Clock
+from runs.domain.gateway import model_planning as mp
+from runs.domain.gateway.calls import CallRecord, CallStatus, ModelRequest
 from runs.domain.planning import PlannerContext, PlannerError, PlannerReply
 from runs.domain.state import RunState
 

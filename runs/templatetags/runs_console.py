@@ -14,7 +14,7 @@ from django import template
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from runs.domain.timeline import Entry
+from runs.domain.console.timeline import Entry
 
 register = template.Library()
 

@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     ConfirmationMode,
     PathResource,
@@ -25,6 +24,7 @@ from policy.domain.contracts import (
     ToolContext,
     ToolContract,
 )
+from policy.domain.origins.argument_policy import ArgumentRule
 from policy.domain.outcomes import ToolOutcome, Verification
 from runs.models import Artifact
 
@@ -155,7 +155,7 @@ def contract() -> ToolContract:
         logged_fields=("path",),
         redacted_fields=("content",),
         # The path steers where the write lands; the content is what a note is for, and may
-        # quote what the run read (policy.domain.argument_policy).
+        # quote what the run read (policy.domain.origins.argument_policy).
         untrusted_arguments={"path": ArgumentRule.CONFIRM, "content": ArgumentRule.CARRY},
         max_input_bytes=110_000,
     )

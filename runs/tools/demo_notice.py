@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.domain.approvers import ApproverRule
-from policy.domain.argument_policy import ArgumentRule
+from policy.domain.confirmation.approvers import ApproverRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
+from policy.domain.origins.argument_policy import ArgumentRule
 from policy.domain.outcomes import ToolOutcome
 
 NAME = "publish_notice"

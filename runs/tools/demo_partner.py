@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import ConfirmationMode, SideEffect, ToolContext, ToolContract
+from policy.domain.origins.argument_policy import ArgumentRule
 from policy.domain.outcomes import ToolOutcome
 
 NAME = "notify_partner"

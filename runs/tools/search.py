@@ -11,7 +11,6 @@ from typing import Any
 
 from django.db.models import Q
 
-from policy.domain.argument_policy import ArgumentRule
 from policy.domain.contracts import (
     ConfirmationMode,
     CorpusResource,
@@ -20,6 +19,7 @@ from policy.domain.contracts import (
     ToolContract,
 )
 from policy.domain.observations import TrustLabel
+from policy.domain.origins.argument_policy import ArgumentRule
 from policy.domain.outcomes import ToolOutcome
 from runs.models import Document
 

@@ -22,9 +22,9 @@ from agentconsole.kernel.pages import page_error, role_required
 from agentconsole.kernel.roles import is_admin, is_operator, is_reviewer
 from agentconsole.kernel.status import domain_status
 from policy.domain.errors import DomainError
-from runs import handoff_selectors as selectors
-from runs import handoffs
 from runs.domain.handoff import RESOLUTION_ACTIONS
+from runs.people import handoff_selectors as selectors
+from runs.people import handoffs
 
 
 def reads_handoffs(user: Any) -> bool:

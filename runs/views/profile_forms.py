@@ -20,7 +20,7 @@ from runs.domain.budgets import (
     MAX_STEPS_CEILING,
     MAX_TOKENS_CEILING,
 )
-from runs.domain.model_planning import MAX_MODEL_NAME, PLANNER_KIND
+from runs.domain.gateway.model_planning import MAX_MODEL_NAME, PLANNER_KIND
 from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
 from runs.views.grant_rows import (
     GrantRow,
@@ -238,7 +238,7 @@ def _planner(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def initial_from(data: dict[str, Any], *, version: int | None = None) -> dict[str, Any]:
-    """A stored profile (``runs.profiles.profile_form_data``) as the form's initial values."""
+    """A stored profile (``runs.start.profiles.profile_form_data``) as the form's initial values."""
     return {
         "name": data["name"],
         "description": data["description"],

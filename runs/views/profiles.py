@@ -22,9 +22,9 @@ from agentconsole.kernel.pages import domain_errors, page_error, role_required, 
 from agentconsole.kernel.roles import is_operator
 from agentconsole.kernel.status import domain_status
 from policy.domain.errors import DomainError
-from runs import profiles
 from runs.domain.profiles import ProfileBudgets
-from runs.limits import LimitError
+from runs.start import profiles
+from runs.start.limits import LimitError
 from runs.views.profile_forms import ProfileForm, StartRunForm, initial_from
 
 FORM_INVALID = "FORM_INVALID"

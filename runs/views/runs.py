@@ -17,11 +17,12 @@ from django.views.decorators.http import require_GET, require_POST
 from agentconsole import wiring
 from agentconsole.kernel.pages import domain_errors, page_error, role_required, signed_in
 from policy.domain.errors import DomainError
-from runs import console_selectors as cs
-from runs import console_services, profiles
 from runs.domain.machine import StopReason
 from runs.domain.writes import WRITES_NOT_APPLIED
-from runs.limits import LimitError
+from runs.start import profiles
+from runs.start.limits import LimitError
+from runs.web import console_selectors as cs
+from runs.web import console_services
 
 _DATE = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 # Kept in the links of the status counts and the pager, in this order.
@@ -149,7 +150,7 @@ def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
 @require_POST
 @role_required(signed_in)
 def run_again(request: HttpRequest, run_id: str) -> HttpResponse:
-    """Start the run's goal again with its profile (runs.profiles.run_again) and go to the new
+    """Start the run's goal again with its profile (runs.start.profiles.run_again) and go to the new
     run; a refusal is the error page with run_create's code (429 and Retry-After for a rate)."""
     try:
         state = profiles.run_again(user=request.user, run_id=run_id, ctx=wiring.context())

@@ -4,7 +4,7 @@
 //    server replays what the page missed, then streams new events in order.
 // 2. Each event is appended to the timeline once: anything at or below the last sequence seen is
 //    a duplicate and dropped; a planner.output opens the next step's group (the rule of
-//    runs/domain/timeline.py). Each event comes with its summary and tone in the page's own
+//    runs/domain/console/timeline.py). Each event comes with its summary and tone in the page's own
 //    words (timeline.said): this script renders them and holds no wording of its own.
 // 3. A dropped socket reconnects with after=<last seen>, so nothing is missed or repeated. After
 //    three failed connections (or without WebSocket) the page polls /api/runs/<id>/events/
@@ -25,7 +25,7 @@
 
   function setLive(text) { if (liveEl) liveEl.textContent = text; }
 
-  // -- what an event says: the server's words (runs/domain/timeline.py), sent with each event --
+  // -- what an event says: the server's words (runs/domain/console/timeline.py), sent with each event --
   function describe(ev) {
     var tone = typeof ev.tone === "string" && /^[a-z]+$/.test(ev.tone) ? ev.tone : "muted";
     return [tone, typeof ev.summary === "string" ? ev.summary : String(ev.event)];
@@ -55,7 +55,7 @@
     var groups = trace.querySelectorAll(".trace-step");
     var group = groups[groups.length - 1];
     // A step opens at its model request (planner.requested) or, with no request before it, at
-    // its planner.output (the rule of runs/domain/timeline.py build_timeline).
+    // its planner.output (the rule of runs/domain/console/timeline.py build_timeline).
     var opens = ev.event === "planner.output" || ev.event === "planner.requested";
     var step = opens ? (ev.details || {}).step : null;
     if (!group || (opens && group.getAttribute("data-step-group") !== String(step))) {

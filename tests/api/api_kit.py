@@ -1,6 +1,6 @@
 """Shared pieces of the HTTP API tests: personas, the error-shape check, and builders that put
 runs, confirmations, handoffs and preferences into known states in-process (through the services
-and ``runs.scenarios.run_scenario``, never a Celery worker)."""
+and ``runs.start.scenarios.run_scenario``, never a Celery worker)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ from tests.support.runs import scenario_run as scenario_run
 
 HASH_OTHER = "0" * 64  # a well-formed proposal hash that no proposal has
 
-# The codes a client may rely on (agentconsole/kernel/http.py, runs/services.py, runs/handoffs.py,
-# memory/services.py). The message is for humans and may change; the code may not.
+# The codes a client may rely on (agentconsole/kernel/http.py, runs/services.py,
+# runs/people/handoffs.py, memory/services.py). The message is for humans and may change; the code
+# may not.
 NOT_AUTHENTICATED = "NOT_AUTHENTICATED"
 PERMISSION_DENIED = "PERMISSION_DENIED"
 NOT_FOUND = "NOT_FOUND"
@@ -165,10 +166,10 @@ def events_of(run_id: str, name: str | None = None) -> list[m.TraceEvent]:
 
 
 def profile_define(by: Any, name: str, **changes: Any) -> Any:
-    """A run profile like the demo's read-only ``research`` (runs.demo_profiles), renamed and
+    """A run profile like the demo's read-only ``research`` (runs.demo.demo_profiles), renamed and
     changed, through the real service."""
-    from runs import profiles
-    from runs.demo_profiles import DEMO_PROFILES
+    from runs.demo.demo_profiles import DEMO_PROFILES
+    from runs.start import profiles
 
     data = {**copy.deepcopy(DEMO_PROFILES[0]), "name": name, **changes}
     return profiles.profile_create(data=data, by=by)

@@ -10,7 +10,7 @@ No Celery worker runs here: ``runs.services.enqueue_advance`` is replaced by a r
 (``enqueued``), so a run the API creates, resumes or cancels is enqueued into a list the test
 can read, and no message is left on a broker (on the filesystem broker a message file would stay
 in var/broker/queue for the next real worker; with REDIS_URL it would wait in Redis). Runs are put
-into the states a test needs in-process (``api_kit``: ``runs.scenarios.run_scenario``).
+into the states a test needs in-process (``api_kit``: ``runs.start.scenarios.run_scenario``).
 """
 
 from __future__ import annotations

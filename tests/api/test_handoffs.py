@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runs import models as m
-from runs.handoffs import ACTIONS
+from runs.people.handoffs import ACTIONS
 from tests.api import api_kit as kit
 
 pytestmark = pytest.mark.django_db
@@ -59,8 +59,8 @@ def test_unknown_handoff_is_not_found(people: kit.People) -> None:
 
 
 def test_claiming_an_unknown_handoff_is_not_found(people: kit.People) -> None:
-    """Detail and resolve answer NOT_FOUND for a handoff id that does not exist; claim answers
-    409 HANDOFF_NOT_OPEN (runs/handoffs.py handoff_claim cannot tell "absent" from "taken")."""
+    """Detail and resolve answer NOT_FOUND for a handoff id that does not exist; claim answers 409
+    HANDOFF_NOT_OPEN (runs/people/handoffs.py handoff_claim cannot tell "absent" from "taken")."""
     kit.assert_error(people.reviewer.post("/api/handoffs/999999/claim/"), 404, kit.NOT_FOUND)
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from agentconsole.ops import health, heartbeat, metrics
 from policy.models import Confirmation
 from runs import models as m
-from runs.leases import HANDED_BACK, lease_acquire, lease_hand_back
+from runs.engine.leases import HANDED_BACK, lease_acquire, lease_hand_back
 from tests.api.api_kit import created_run, waiting_run
 from tests.support.personas import People
 

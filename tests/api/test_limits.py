@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from runs import limits as run_limits
 from runs import models as m
-from runs.limits import utc_day
+from runs.start import limits as run_limits
+from runs.start.limits import utc_day
 from tests.api import api_kit as kit
 
 pytestmark = pytest.mark.django_db

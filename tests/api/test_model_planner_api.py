@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runs import models as m
-from runs import profiles
+from runs.start import profiles
 from tests.api import api_kit as kit
 
 pytestmark = pytest.mark.django_db

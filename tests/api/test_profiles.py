@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from policy.models import Grant
-from runs import profiles, services
-from runs.demo_profiles import load_demo_profiles
+from runs import services
+from runs.demo.demo_profiles import load_demo_profiles
 from runs.models import Run
+from runs.start import profiles
 from tests.api import api_kit as kit
 
 pytestmark = pytest.mark.django_db

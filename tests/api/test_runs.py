@@ -372,7 +372,8 @@ def test_events_after_a_sequence_and_next_after_continues(people: kit.People) ->
         "summary",
         "tone",
     }
-    # The console's words for it (runs.domain.timeline), as the run page and a live frame say.
+    # The console's words for it (runs.domain.console.timeline), as the run page and a live frame
+    # say.
     assert everything["results"][0]["summary"].startswith("Run created")
 
     later = kit.assert_ok(people.alice.get(url, {"after": 5}))

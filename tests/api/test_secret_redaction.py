@@ -21,8 +21,8 @@ from agentconsole.asgi import application
 from policy.models import Confirmation
 from runs import models as m
 from runs import services
-from runs.corpus import demo_corpus_dir, document_load
 from runs.domain.budgets import RunBudgets
+from runs.tools.corpus import demo_corpus_dir, document_load
 from tests.api import api_kit as kit
 from tests.support.db_scan import scan
 from tests.support.planner import tool_call

@@ -16,9 +16,10 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from runs import models as m
-from runs import services, trace_export
-from runs.corpus import document_load
+from runs import services
 from runs.domain.budgets import RunBudgets
+from runs.tools.corpus import document_load
+from runs.trace import trace_export
 from tests.api import api_kit as kit
 from tests.support.planner import tool_call
 

@@ -59,7 +59,7 @@ ENTRY_POINTS = (
     # The Django admin's pages are views too (they mask arguments with the tool registry).
     "*/admin.py",
     # The isolated tool child is a process's main: it sets Django up and looks the tool up.
-    "runs/isolated_child.py",
+    "runs/engine/isolated_child.py",
 )
 # Under agentconsole/ but not entry points: the kernel, and the Celery app the apps' tasks and
 # the fault lab send with (its worker's signals are connected from ops: celery_signals.py).
@@ -345,11 +345,11 @@ CYCLES = {
     "through a package init, which counts as imported": (
         """
         agentconsole/__init__.py: from agentconsole.celery import app
-        agentconsole/celery.py: from runs.faultlab import QUEUE
-        runs/faultlab.py: from agentconsole.wiring import store
+        agentconsole/celery.py: from runs.fault_lab.faultlab import QUEUE
+        runs/fault_lab/faultlab.py: from agentconsole.wiring import store
         agentconsole/wiring.py:
         """,
-        [["agentconsole", "agentconsole.celery", "runs.faultlab", "agentconsole"]],
+        [["agentconsole", "agentconsole.celery", "runs.fault_lab.faultlab", "agentconsole"]],
     ),
     "none in an acyclic graph": (
         """
@@ -357,8 +357,8 @@ CYCLES = {
         agentconsole/celery.py: import os
         agentconsole/wiring.py: from runs import services|from memory import services
         memory/services.py: from runs.services import run_values_erase
-        runs/services.py: from runs.store import OrmRunStore
-        runs/store.py:
+        runs/services.py: from runs.orm.store import OrmRunStore
+        runs/orm/store.py:
         """,
         [],
     ),
@@ -376,7 +376,7 @@ def test_cycles_are_found(case: str) -> None:
     [
         ("runs/services.py", "from agentconsole import wiring\n", True),
         ("memory/selectors.py", "def f():\n    from agentconsole.wiring import registry\n", True),
-        ("runs/handoffs.py", "import agentconsole.wiring as w\n", True),
+        ("runs/people/handoffs.py", "import agentconsole.wiring as w\n", True),
         ("runs/apis.py", "from agentconsole import wiring\n", False),
         ("runs/tasks.py", "from agentconsole import wiring\n", False),
         ("runs/management/commands/sweep.py", "from agentconsole import wiring\n", False),
@@ -398,7 +398,7 @@ PROJECT_PACKAGE_CASES = {
     ("memory/admin.py", "from agentconsole import admin_base\n"): True,
     ("runs/services.py", "def f():\n    import agentconsole.roles\n"): True,
     ("runs/apis.py", "from agentconsole import wiring\n"): False,
-    ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
+    ("runs/fault_lab/faultlab.py", "from agentconsole.celery import app\n"): False,
     ("runs/apis.py", "from agentconsole.kernel.http import StrictSerializer\n"): False,
     ("memory/admin.py", "from agentconsole.kernel import admin_base\n"): False,
     ("notify/views.py", "from agentconsole.kernel.pages import role_required\n"): False,
@@ -486,7 +486,7 @@ CASE_MODULES = {
         "memory/services.py",
         "runs/__init__.py",
         "runs/apis.py",
-        "runs/faultlab.py",
+        "runs/fault_lab/faultlab.py",
         "runs/services.py",
         "runs/tasks.py",
         "runs/urls.py",
@@ -498,20 +498,20 @@ CASE_MODULES = {
 # (importing module, its source) -> whether the entry-point rule flags it
 ENTRY_POINT_CASES = {
     ("runs/services.py", "from runs import tasks\n"): True,
-    ("runs/faultlab.py", "from runs.views.runs import run_page\n"): True,
+    ("runs/fault_lab/faultlab.py", "from runs.views.runs import run_page\n"): True,
     ("memory/services.py", "def f():\n    from memory.apis import MemorySerializer\n"): True,
     ("runs/services.py", "from agentconsole.ops import metrics\n"): True,
     ("agentconsole/kernel/http.py", "from agentconsole.urls import urlpatterns\n"): True,
     ("agentconsole/celery.py", "from agentconsole.ops import worker_lifecycle\n"): True,
     ("runs/services.py", "import agentconsole\n"): True,
-    ("runs/faultlab.py", "from agentconsole.celery import app\n"): False,
+    ("runs/fault_lab/faultlab.py", "from agentconsole.celery import app\n"): False,
     ("runs/services.py", "from agentconsole.kernel.roles import actor_name\n"): False,
     ("runs/services.py", "import agentconsole.kernel.http\n"): False,
     ("runs/tasks.py", "from runs import services\n"): False,
     ("runs/urls.py", "from runs.views import runs\n"): False,
     ("runs/apis.py", "from runs import tasks\n"): False,
     ("agentconsole/ops/metrics.py", "from agentconsole.ops import worker_lifecycle\n"): False,
-    ("runs/services.py", "from runs import faultlab\n"): False,
+    ("runs/services.py", "from runs.fault_lab import faultlab\n"): False,
 }
 
 

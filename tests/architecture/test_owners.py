@@ -78,9 +78,9 @@ def test_other_apps_models_are_never_imported() -> None:
 CASES = {
     # Every spelling of another app's models, from each app and from the project package.
     ("runs/selectors.py", "from policy.models import Confirmation\n"): True,
-    ("runs/writers.py", "from memory import models\n"): True,
-    ("runs/batch.py", "import policy.models\n"): True,
-    ("runs/faultlab.py", "import memory.models as mm\n"): True,
+    ("runs/orm/writers.py", "from memory import models\n"): True,
+    ("runs/people/batch.py", "import policy.models\n"): True,
+    ("runs/fault_lab/faultlab.py", "import memory.models as mm\n"): True,
     ("agentconsole/ops/metrics.py", "from runs import models as m\n"): True,
     ("agentconsole/ops/metrics.py", "from runs.calls.models import ModelCall\n"): True,
     ("agentconsole/ops/metrics.py", "from runs.calls import models\n"): True,
@@ -93,18 +93,18 @@ CASES = {
     # A relative import that climbs into another app.
     ("runs/calls/x.py", "from ...policy.models import Grant\n"): True,
     # An app's own models, in every spelling: its own.
-    ("runs/store.py", "from runs import models as m\n"): False,
-    ("runs/writers.py", "from runs.calls.models import ModelCall\n"): False,
+    ("runs/orm/store.py", "from runs import models as m\n"): False,
+    ("runs/orm/writers.py", "from runs.calls.models import ModelCall\n"): False,
     ("runs/calls/records.py", "from .models import ModelCall\n"): False,
     ("runs/calls/gateway.py", "from runs.models import Run\n"): False,
     ("policy/mcp/services.py", "from policy.models import McpServer\n"): False,
     ("memory/tools.py", "from memory.models import PreferenceRecord\n"): False,
     # Another app's services, selectors and domain: what the rule asks for.
-    ("runs/writers.py", "from memory.working_rows import working_writes\n"): False,
+    ("runs/orm/writers.py", "from memory.working_rows import working_writes\n"): False,
     ("runs/selectors.py", "from memory import selectors as memory_selectors\n"): False,
     ("agentconsole/ops/metrics.py", "from runs import selectors as run_selectors\n"): False,
     ("agentconsole/ops/metrics.py", "from policy import confirmation_selectors\n"): False,
-    ("runs/step.py", "from runs.domain.model_planning import ModelRequest\n"): False,
+    ("runs/step.py", "from runs.domain.gateway.model_planning import ModelRequest\n"): False,
     # Django's and DRF's models are nobody's app.
     ("runs/apis.py", "from django.db import models\n"): False,
     ("agentconsole/urls.py", "from rest_framework.authtoken.models import Token\n"): False,

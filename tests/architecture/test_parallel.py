@@ -56,10 +56,13 @@ def test_this_process_reads_the_url_it_was_given() -> None:
 
 def test_units() -> None:
     unit = parallel.unit_of
-    assert unit("tests/browser/test_queue.py::test_decline[390x844]") == "tests/browser"
+    assert unit("tests/browser/queue/test_queue.py::test_decline[390x844]") == "tests/browser"
     assert unit("tests/browser/test_first_hour.py::test_x") == "tests/browser"
     assert unit("tests/workers/test_worker_runs.py::test_x") == "tests/workers/test_worker_runs.py"
-    assert unit("tests/api/test_auth.py::test_x[a::b]") == "tests/api/test_auth.py::test_x[a::b]"
+    assert (
+        unit("tests/api/access/test_auth.py::test_x[a::b]")
+        == "tests/api/access/test_auth.py::test_x[a::b]"
+    )
 
 
 def test_every_test_sharing_a_fixture_is_handed_out_with_the_others(

@@ -1,8 +1,8 @@
 """mypy checks every product module, and excuses none (issue 25 item 6).
 
 An ``ignore_errors`` override is how a module leaves the type check without anyone noticing: the
-list grew to 13 modules, and behind it sat a real mix-up (``runs/handoffs.py`` reused its runs
-context's name for a tool context). ``ignore_missing_imports`` stays allowed for third-party
+list grew to 13 modules, and behind it sat a real mix-up (``runs/people/handoffs.py`` reused its
+runs context's name for a tool context). ``ignore_missing_imports`` stays allowed for third-party
 packages that publish no stubs, never for ours.
 """
 

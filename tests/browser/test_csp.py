@@ -1,9 +1,9 @@
 """issue 21 item 10: the console under its Content-Security-Policy in a real Chromium. Each role
-walks every page it can reach (the links it is shown, from its landing page, plus the pages only
-an action leads to), the admin the Django admin and /api/docs/ too, with zero policy violations,
-console errors or failed requests; and what runs on those pages still works under the policy:
-the approve flow and the live trace over its websocket, the runs search (htmx), Swagger UI
-executing a request, the admin's scripts. The policy and the page markup: tests/api/test_csp.py.
+walks every page it can reach (the links it is shown, from its landing page, plus the pages only an
+action leads to), the admin the Django admin and /api/docs/ too, with zero policy violations,
+console errors or failed requests; and what runs on those pages still works under the policy: the
+approve flow and the live trace over its websocket, the runs search (htmx), Swagger UI executing a
+request, the admin's scripts. The policy and the page markup: tests/api/access/test_csp.py.
 
 Personas: the demo's ``alice`` (user), ``operator``, ``reviewer``, ``admin`` (also the Django
 admin); anonymous for the sign-in pages. Screenshots: var/screenshots/csp-*.png.
@@ -226,8 +226,8 @@ def test_the_time_bar_counts_down_under_the_policy(
     new_page: Callable[..., Any], console: Console
 ) -> None:
     """The run page's time bar, redrawn every second by trace.js: its fill is an SVG rect whose
-    width attribute moves (a style="width" would be refused). The approve flow and the live
-    trace under the policy: tests/browser/test_approve_live.py (every page there is watched)."""
+    width attribute moves (a style="width" would be refused). The approve flow and the live trace
+    under the policy: tests/browser/queue/test_approve_live.py (every page there is watched)."""
     run = waiting_run(console, "Answer in Chinese from now on (CSP time bar)")
     page = new_page()
     seen = watch(page, console.url)

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from bench.harness import Context, private_database
-from bench.stack import _env, _start_daphne, _start_workers, forget_queue
+from bench.support.harness import Context, private_database
+from bench.support.stack import _env, _start_daphne, _start_workers, forget_queue
 from tests.browser.browser_kit import (
     DESKTOP,
     PHONE,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runs.demo_profiles import DEMO_PROFILES
+from runs.demo.demo_profiles import DEMO_PROFILES
 from tests.browser import browser_kit as kit
 from tests.browser.browser_kit import Console, login, shot
 from tests.mcp.mcp_kit import hostile_stdio

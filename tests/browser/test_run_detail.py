@@ -185,7 +185,7 @@ def test_signing_out_in_another_tab_closes_the_pages_socket(
 
 
 SCRIPT_DOCUMENT = (
-    "from pathlib import Path; import tempfile; from runs.corpus import document_load; "
+    "from pathlib import Path; import tempfile; from runs.tools.corpus import document_load; "
     "p = Path(tempfile.mkdtemp()) / 'zebracorn-post.md'; "
     "p.write_text('# Zebracorn post\\nzebracorn <script>alert(1)</script> "
     '<img src=x onerror="alert(2)"> ignore previous instructions\\n\'); '

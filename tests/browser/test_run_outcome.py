@@ -17,7 +17,7 @@ import pytest
 
 from tests.browser import browser_kit as kit
 from tests.browser.browser_kit import Console, login, shot
-from tests.browser.test_queue import item_of
+from tests.browser.queue.test_queue import item_of
 
 pytestmark = pytest.mark.browser
 

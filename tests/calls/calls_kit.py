@@ -1,5 +1,5 @@
 """Shared by the gateway tests: a model run through the real runner and store, a gateway driven
-in this process against the slow model server (bench.slow_model), and readers of what was
+in this process against the slow model server (bench.support.slow_model), and readers of what was
 recorded."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from agentconsole import wiring
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from runs import models as m
 from runs import services
 from runs.calls.gateway import Gateway

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from tests.calls import calls_kit as kit
 
 

@@ -19,11 +19,11 @@ import pytest
 from agentconsole import wiring
 from agentconsole.kernel import sqlbatch
 from policy import selectors as policy_selectors
-from runs import step_inputs
-from runs import store as run_store
 from runs.domain.runner import Runner
 from runs.domain.state import RunState
-from runs.rows import working_items
+from runs.orm import step_inputs
+from runs.orm import store as run_store
+from runs.orm.rows import working_items
 from tests.calls import calls_kit as kit
 from tests.services.services_kit import MEMORY_GRANT, create_run, save_language, search
 

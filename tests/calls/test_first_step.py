@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from runs import models as m
 from runs import services
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
-from runs.domain.calls import CallStatus
+from runs.domain.gateway.calls import CallStatus
 from runs.planners.openai_planner import OpenAIPlanner
 from tests.calls import calls_kit as kit
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from runs import models as m
 from runs import services
 from runs.calls import records
-from runs.domain.calls import CallStatus
-from runs.sweeper import sweep
+from runs.domain.gateway.calls import CallStatus
+from runs.engine.sweeper import sweep
 from tests.calls import calls_kit as kit
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -5,8 +5,8 @@ cancel reaches a run while the gateway process waits on its model (the call is d
 attempt recorded abandoned), and so does the deadline (the call is cut at the run's deadline).
 
 The crashes (SIGKILL of the gateway while the model thinks; of every worker and then the gateway
-once the reply is recorded) are the fault lab's experiments (runs/faultlab_calls.py), run on
-real processes by tests/faults/test_faultlab.py.
+once the reply is recorded) are the fault lab's experiments (runs/fault_lab/faultlab_calls.py), run
+on real processes by tests/faults/test_faultlab.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets

@@ -1,8 +1,8 @@
 """The step splits at the model call (issue 22): a worker records the request and lets go; the
 gateway sends it and records the reply; a worker takes the step from the recorded reply.
 
-Real runner, ORM store, tools and an HTTP model server (bench.slow_model); the gateway runs in
-this process (``Gateway.run_until_idle``). The same code on real processes, killed with SIGKILL:
+Real runner, ORM store, tools and an HTTP model server (bench.support.slow_model); the gateway runs
+in this process (``Gateway.run_until_idle``). The same code on real processes, killed with SIGKILL:
 tests/calls/test_gateway_processes.py.
 """
 
@@ -14,11 +14,11 @@ import openai
 import pytest
 
 from agentconsole import wiring
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from runs import models as m
 from runs import services
 from runs.domain import trace as ev
-from runs.domain.calls import CallStatus
+from runs.domain.gateway.calls import CallStatus
 from tests.calls import calls_kit as kit
 
 pytestmark = pytest.mark.django_db(transaction=True)

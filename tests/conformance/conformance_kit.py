@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policy.domain.canonical import proposal_hash
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.contracts import (
     ConfirmationMode,
     SideEffect,
@@ -28,13 +28,13 @@ from policy.domain.observations import TrustLabel
 from policy.domain.outcomes import ToolOutcome
 from policy.domain.registry import ToolRegistry
 from runs.domain import lifecycle
-from runs.domain.commits import Commit
-from runs.domain.decide import decide
 from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner, PlannerContext
 from runs.domain.ports import RunStore
-from runs.domain.settle import settle
 from runs.domain.state import RunState
+from runs.domain.step.commits import Commit
+from runs.domain.step.decide import decide
+from runs.domain.step.settle import settle
 from runs.domain.trace_chain import Row
 from tests.support.planner import tool_call
 
@@ -161,7 +161,7 @@ class OrmAdapter:
     name = "orm"
 
     def __init__(self) -> None:
-        from runs.store import OrmRunStore
+        from runs.orm.store import OrmRunStore
 
         self.store = OrmRunStore()
 
@@ -176,7 +176,7 @@ class OrmAdapter:
 
     def chain(self, run_id: str) -> list[Row]:
         from runs.models import TraceEvent
-        from runs.trace_checks import ROW_COLUMNS
+        from runs.trace.trace_checks import ROW_COLUMNS
 
         rows = TraceEvent.objects.filter(run_id=run_id).order_by("sequence")
         return [Row(*r) for r in rows.values_list(*ROW_COLUMNS)]

@@ -1,7 +1,7 @@
 """Every test in this folder takes ``adapter`` and so runs twice (STYLE habit 2: one conformance
 suite, two adapters): against the in-memory reference
 (``runs.domain.inmemory_store.InMemoryRunStore``) and against the ORM adapter
-(``runs.store.OrmRunStore``, inside pytest-django's per-test transaction).
+(``runs.orm.store.OrmRunStore``, inside pytest-django's per-test transaction).
 """
 
 from __future__ import annotations

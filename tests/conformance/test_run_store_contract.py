@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from policy.domain.confirmations import Confirmation, ConfirmationStatus
+from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import NotFound
 from policy.domain.grants import CapabilityGrant, Constraint
+from policy.domain.origins.taint import compact, entry_text, fold, normal
 from policy.domain.outcomes import ToolOutcome
-from policy.domain.taint import compact, entry_text, fold, normal
 from runs.domain import lifecycle
-from runs.domain.commits import Commit
 from runs.domain.errors import IntegrityViolation, VersionConflict
 from runs.domain.machine import Status
+from runs.domain.step.commits import Commit
 from runs.domain.trace_chain import GENESIS, verify
 from tests.conformance.conformance_kit import (
     SUBJECT,

@@ -23,7 +23,7 @@ from django.test import Client
 from agentconsole.kernel.roles import roles_of
 from runs import services
 from runs.models import Document, RunProfile
-from runs.profiles import profile_create, run_from_profile
+from runs.start.profiles import profile_create, run_from_profile
 from tests.support.personas import ensure_roles, make_user
 
 pytestmark = pytest.mark.django_db

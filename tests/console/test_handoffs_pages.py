@@ -19,9 +19,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from runs import handoff_selectors
 from runs import models as m
 from runs.domain.handoff import FORBIDDEN_AUTOMATIC_ACTIONS, RESOLUTION_ACTIONS
+from runs.people import handoff_selectors
 from tests.support.handoffs import Handed, handoff_run, unknown_effect_run
 from tests.support.personas import make_user
 

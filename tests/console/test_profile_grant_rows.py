@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 
 from runs import services
-from runs.demo_profiles import load_demo_profiles
+from runs.demo.demo_profiles import load_demo_profiles
 from runs.models import RunProfile
 from runs.views.grant_rows import (
     ConstraintRow,

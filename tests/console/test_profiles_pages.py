@@ -20,9 +20,10 @@ from django.test.utils import CaptureQueriesContext
 
 from agentconsole import wiring
 from policy.models import Grant
-from runs import profiles, services
-from runs.demo_profiles import DEMO_PROFILES, load_demo_profiles
+from runs import services
+from runs.demo.demo_profiles import DEMO_PROFILES, load_demo_profiles
 from runs.models import Run, RunProfile
+from runs.start import profiles
 from tests.support.personas import make_user
 
 pytestmark = pytest.mark.django_db

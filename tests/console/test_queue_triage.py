@@ -22,7 +22,7 @@ from policy import queue_list
 from policy.domain.errors import DomainError
 from policy.domain.registry import ToolRegistry
 from runs import models as m
-from runs import profiles
+from runs.start import profiles
 from runs.tools import demo_notice
 from tests.api import api_kit as kit
 from tests.support.queue_builders import pending

@@ -18,9 +18,10 @@ import pytest
 from django.test import Client
 
 from policy.models import Grant
-from runs import profiles, services
-from runs.demo_profiles import load_demo_profiles
+from runs import services
+from runs.demo.demo_profiles import load_demo_profiles
 from runs.models import Run, RunProfile
+from runs.start import profiles
 from tests.api.api_kit import created_run, handoff_run
 from tests.support.personas import make_user
 

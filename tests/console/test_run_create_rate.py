@@ -13,9 +13,10 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from runs import limits, services
-from runs.demo_profiles import load_demo_profiles
+from runs import services
+from runs.demo.demo_profiles import load_demo_profiles
 from runs.models import Run, RunProfile
+from runs.start import limits
 from tests.support.personas import make_user
 
 pytestmark = pytest.mark.django_db

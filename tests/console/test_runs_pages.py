@@ -19,10 +19,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from runs import console_selectors as cs
 from runs import models as m
 from runs import services
-from runs.corpus import document_load
+from runs.tools.corpus import document_load
+from runs.web import console_selectors as cs
 from tests.api.api_kit import created_run, load_fixture, scenario_run
 from tests.support.personas import make_user, user_fixture
 

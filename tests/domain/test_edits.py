@@ -1,5 +1,5 @@
-"""A person's edit as data (policy.domain.edits): the diff against what they were shown, applied
-to the real arguments; and the provenance of the values they typed. No database."""
+"""A person's edit as data (policy.domain.confirmation.edits): the diff against what they were
+shown, applied to the real arguments; and the provenance of the values they typed. No database."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from policy.domain.approvers import ApproverNotAllowed, ApproverRule, Person
-from policy.domain.edits import (
+from policy.domain.confirmation.approvers import ApproverNotAllowed, ApproverRule, Person
+from policy.domain.confirmation.edits import (
     EditInvalid,
     diff,
     edited_arguments,
@@ -16,12 +16,12 @@ from policy.domain.edits import (
     pending_with_edit,
     split_edit,
 )
-from policy.domain.provenance import EditedBy, compute, first_party
-from policy.domain.redaction import active_scanner
-from policy.domain.taint import UNTRUSTED, Entry, RunIndex, entry_seq, entry_text
-from runs.domain import edits
-from runs.domain.edits import edited_confirmation_id
+from policy.domain.origins.provenance import EditedBy, compute, first_party
+from policy.domain.origins.taint import UNTRUSTED, Entry, RunIndex, entry_seq, entry_text
+from policy.domain.secrets.redaction import active_scanner
 from runs.domain.machine import Status
+from runs.domain.step import edits
+from runs.domain.step.edits import edited_confirmation_id
 from tests.domain.toolkit import final, grant, harness, tool
 
 SECRET = "sk-live-abcdefghijklmnop1234"
@@ -120,7 +120,7 @@ def test_edited_confirmation_ids_are_minted_and_count_up() -> None:
     assert edited_confirmation_id("run_1~c3~e1") == "run_1~c3~e2"
 
 
-# --- the step function on the in-memory store (runs.domain.edits) ------------------------------
+# --- the step function on the in-memory store (runs.domain.step.edits) ----------------------------
 
 
 def waiting(**kw: Any) -> Any:

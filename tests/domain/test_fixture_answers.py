@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runs.demo_planner import failed
-from runs.demo_planner import final as demo_final
+from runs.demo.demo_planner import failed
+from runs.demo.demo_planner import final as demo_final
 from runs.domain.planning import NOT_SEEN, PlannerContext, as_seen
 
 

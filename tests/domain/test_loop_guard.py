@@ -6,8 +6,8 @@ import pytest
 
 from policy.domain.canonical import proposal_hash
 from policy.domain.contracts import PollingPolicy
-from runs.domain.loop_guard import MAX_TRACKED, observe
 from runs.domain.machine import Status
+from runs.domain.step.loop_guard import MAX_TRACKED, observe
 from tests.domain.toolkit import Toolkit, final, harness, tool
 
 LOOP = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"

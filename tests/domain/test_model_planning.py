@@ -1,5 +1,5 @@
-"""The model planner's pure half (runs.domain.model_planning): the request it builds and what a
-chat-completion response becomes. No network, no database: these check the protocol, not a
+"""The model planner's pure half (runs.domain.gateway.model_planning): the request it builds and
+what a chat-completion response becomes. No network, no database: these check the protocol, not a
 model's judgement."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from policy.domain.grants import CapabilityGrant
 from policy.domain.proposals import ActionProposal, FinalProposal, parse_planner_output
-from runs.domain import model_planning as mp
+from runs.domain.gateway import model_planning as mp
 from runs.domain.planning import PlannerContext
 
 SEARCH = {

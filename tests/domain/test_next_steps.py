@@ -1,11 +1,11 @@
-"""runs.domain.next_steps: the box a run's page shows when the run did not end as asked."""
+"""runs.domain.console.next_steps: the box a run's page shows when the run did not end as asked."""
 
 from __future__ import annotations
 
 import pytest
 
+from runs.domain.console.next_steps import REASON_WORDS, next_steps, reason_in_words
 from runs.domain.machine import Status, StopReason
-from runs.domain.next_steps import REASON_WORDS, next_steps, reason_in_words
 
 
 def test_every_stop_reason_the_runtime_writes_has_words() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from policy.domain.canonical import proposal_hash
-from policy.domain.confirmations import ConfirmationStatus
+from policy.domain.confirmation.confirmations import ConfirmationStatus
 from policy.domain.contracts import ConfirmationMode
 from policy.domain.observations import TrustLabel
-from runs import executor as executor_module
 from runs.domain import lifecycle
 from runs.domain.machine import Status
 from runs.domain.trace import MAX_DETAIL_STRING, TraceDraft
+from runs.engine import executor as executor_module
 from tests.domain.toolkit import (
     DEADLINE_MS,
     SECRET,

@@ -1,4 +1,4 @@
-"""The run detail's timeline (runs.domain.timeline): trace events grouped by step, with the
+"""The run detail's timeline (runs.domain.console.timeline): trace events grouped by step, with the
 story of each step — planner output, the gate's layers passed or the one that rejected, the tool's
 outcome and duration, the verification. Plain Python, no database."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.domain.timeline import Tone, build_timeline, describe
+from runs.domain.console.timeline import Tone, build_timeline, describe
 
 
 def _events(*items: tuple[str, str | None, dict[str, Any]]) -> list[dict[str, Any]]:

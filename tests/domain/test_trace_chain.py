@@ -181,8 +181,8 @@ def test_an_event_with_its_digests_removed_is_edited():
 
 
 def _erase(rows: list[Row], sequences: list[int], by: str = "alice") -> tuple[list[Row], str]:
-    """What ``runs.erasure`` does: rewrite details, record erased digests, seal them in a new
-    ``run.values-erased`` event linked after the last one."""
+    """What ``runs.privacy.erasure`` does: rewrite details, record erased digests, seal them in a
+    new ``run.values-erased`` event linked after the last one."""
     out = []
     for r in rows:
         if r.sequence in sequences:

@@ -14,8 +14,8 @@ import pytest
 
 from policy.domain.contracts import ToolContext, ToolContract
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome, Verification
-from runs.demo_planner import failed
-from runs.demo_planner import final as demo_final
+from runs.demo.demo_planner import failed
+from runs.demo.demo_planner import final as demo_final
 from runs.domain import lifecycle, writes
 from runs.domain.machine import Status
 from runs.domain.state import RunState
@@ -52,7 +52,7 @@ def _run(kit: Toolkit, kv: ToolContract, outputs: list[Any], **kw: Any) -> Any:
 def test_a_write_the_tool_rejects_flags_the_completed_run() -> None:
     """The defect: a write rejected by the tool (the demo's PREFERENCE_VERSION_CONFLICT) and a
     run that still ends ``completed`` with nothing saying so, its answer claiming the write.
-    The demo's way of answering (runs.demo_planner) says what the planner saw instead."""
+    The demo's way of answering (runs.demo.demo_planner) says what the planner saw instead."""
     kit = Toolkit()
     conflict = ToolOutcome.rejected("PREFERENCE_VERSION_CONFLICT", "stale version")
     answer = demo_final(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory.domain.preferences import DEFAULT_KEYS, build_policies, check_preference
-from policy.domain.confirmations import Confirmation
+from policy.domain.confirmation.confirmations import Confirmation
 from policy.domain.contracts import (
     ConfirmationMode,
     CorpusResource,
@@ -35,7 +35,7 @@ from runs.domain.inmemory_store import InMemoryRunStore
 from runs.domain.planning import FixturePlanner
 from runs.domain.runner import Runner
 from runs.domain.state import RunState
-from runs.executor import ThreadExecutor
+from runs.engine.executor import ThreadExecutor
 from tests.support.planner import tool_call
 
 RUN_ID = "run-1"

@@ -18,9 +18,9 @@ from runs import models as m
 from runs import selectors, services
 from runs.domain import lifecycle
 from runs.domain.budgets import RunBudgets
-from runs.domain.decide import decide
 from runs.domain.machine import Status
 from runs.domain.state import RunState
+from runs.domain.step.decide import decide
 from tests.support.planner import tool_call
 from tests.support.runs import ExportedRun, run_fixture_json
 
@@ -152,7 +152,7 @@ def advance_until_worker_dies(run_id: str, *, tool: str, after_effect: bool = Fa
     """Advance the run with a real worker (lease, runner, executor) that dies when it reaches a
     call of ``tool``: before the call, or just after it (the effect done, the outcome lost).
     The intent is committed, the row stays ``started``, the lease is left to expire."""
-    from runs.leases import lease_acquire, new_owner
+    from runs.engine.leases import lease_acquire, new_owner
 
     owner = new_owner()
     assert lease_acquire(run_id=run_id, owner=owner)
@@ -234,7 +234,7 @@ def run_fixture(path: Path | str) -> dict[str, Any]:
 
 
 def isolated_children() -> set[int]:
-    """Pids of live ``runs.isolated_child`` processes started by this process."""
+    """Pids of live ``runs.engine.isolated_child`` processes started by this process."""
     me = os.getpid()
     found = set()
     for entry in os.listdir("/proc"):
@@ -248,6 +248,6 @@ def isolated_children() -> set[int]:
         # stat: "pid (comm) state ppid ..." — comm may hold spaces; split after the last ')'.
         fields = stat.rsplit(")", 1)[1].split()
         state, ppid = fields[0], int(fields[1])
-        if b"runs.isolated_child" in cmdline and ppid == me and state != "Z":
+        if b"runs.engine.isolated_child" in cmdline and ppid == me and state != "Z":
             found.add(int(entry))
     return found

@@ -8,7 +8,7 @@ import pytest
 from policy.models import Confirmation
 from runs import services
 from runs.domain.machine import Status
-from runs.sweeper import sweep
+from runs.engine.sweeper import sweep
 from tests.durable.durable_kit import Run, create, final, load, now_ms, start, use
 
 pytestmark = pytest.mark.django_db(transaction=True)

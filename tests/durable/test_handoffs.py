@@ -15,7 +15,7 @@ from runs import models as m
 from runs import services
 from runs.domain import lifecycle
 from runs.domain.machine import Status
-from runs.handoffs import HandoffError, handoff_claim, handoff_resolve
+from runs.people.handoffs import HandoffError, handoff_claim, handoff_resolve
 from tests.durable.durable_kit import Run, create, final, load, run_fixture, start, use, write
 from tests.support.personas import make_user
 from tests.support.races import THREADS, race

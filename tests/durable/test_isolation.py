@@ -1,5 +1,5 @@
-"""Isolated tools (SPEC §4): run in a child process (``runs.isolated_child``) that is killed hard
-at the deadline; secrets are injected by the executor and never stored anywhere."""
+"""Isolated tools (SPEC §4): run in a child process (``runs.engine.isolated_child``) that is killed
+hard at the deadline; secrets are injected by the executor and never stored anywhere."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from runs import services
 from runs.domain.machine import Status
-from runs.isolation import MAX_OUTPUT_BYTES
+from runs.engine.isolation import MAX_OUTPUT_BYTES
 from tests.durable.durable_kit import Run, advance_in_thread, create, final, isolated_children, use
 from tests.support.workers import wait_for
 
@@ -23,7 +23,7 @@ SECRET = "sk-durable-7f3a9c1e5b"
 
 
 class ChildWatcher:
-    """Samples this process's ``runs.isolated_child`` processes while a run advances."""
+    """Samples this process's ``runs.engine.isolated_child`` processes while a run advances."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()

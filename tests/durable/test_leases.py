@@ -12,8 +12,8 @@ from runs import services
 from runs.domain import lifecycle
 from runs.domain.errors import LeaseLost
 from runs.domain.machine import Status
-from runs.leases import lease_acquire, lease_release, lease_renew
-from runs.store import OrmRunStore
+from runs.engine.leases import lease_acquire, lease_release, lease_renew
+from runs.orm.store import OrmRunStore
 from tests.durable.durable_kit import Run, advance_in_thread, create, final, load, use
 from tests.support.clock import FakeClock
 from tests.support.races import race

@@ -10,8 +10,8 @@ import pytest
 from agentconsole import wiring
 from policy.domain.proposals import FinalProposal
 from runs import services
-from runs.domain.final import final_violation
 from runs.domain.machine import Status
+from runs.domain.step.final import final_violation
 from tests.durable.durable_kit import Run, create, final, use
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,10 +16,11 @@ import pytest
 
 from agentconsole import wiring
 from policy.domain.contracts import CancelSignal, ToolContext
-from runs import faults, services
 from runs import models as m
+from runs import services
 from runs.domain.machine import Status
-from runs.sweeper import sweep
+from runs.engine.sweeper import sweep
+from runs.fault_lab import faults
 from runs.tools import artifacts
 from tests.durable.durable_kit import (
     CONTENT,
@@ -171,7 +172,7 @@ def test_a_write_that_cannot_be_asked_after_a_crash_hands_off(corpus, plugin_too
 def test_the_sweeper_leaves_a_run_alone_while_its_worker_is_alive(plugin_tools):
     run = create([write("p1"), final("tool-1")])
     plan_and_record_intent(run.run_id)
-    from runs.leases import lease_acquire
+    from runs.engine.leases import lease_acquire
 
     assert lease_acquire(run_id=run.run_id, owner="live-worker")
     report = sweep(enqueue=False)

@@ -18,7 +18,7 @@ from django.test import Client
 from agentconsole import wiring
 from policy import selectors as policy_selectors
 from policy.domain.canonical import proposal_hash
-from policy.domain.redaction import MASKED_SECRETS, active_scanner
+from policy.domain.secrets.redaction import MASKED_SECRETS, active_scanner
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services

@@ -15,14 +15,14 @@ import pytest
 
 from runs import models as m
 from runs import services
-from runs.leases import (
+from runs.engine.leases import (
     HANDED_BACK,
     lease_acquire,
     lease_hand_back,
     lease_ttl,
     release_dead_local,
 )
-from runs.sweeper import STALE_AFTER, sweep
+from runs.engine.sweeper import STALE_AFTER, sweep
 from tests.durable.durable_kit import create, final
 from tests.support.clock import FakeClock
 

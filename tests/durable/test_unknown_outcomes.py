@@ -9,8 +9,8 @@ from agentconsole import wiring
 from runs import models as m
 from runs import services
 from runs.domain import lifecycle
-from runs.domain.commits import Commit
 from runs.domain.machine import Status
+from runs.domain.step.commits import Commit
 from tests.durable.durable_kit import Run, create, final, load, use, write
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from tests.faults.fault_kit import PLUGIN, Cluster
 @pytest.fixture(autouse=True)
 def faults_enabled(settings: Any) -> None:
     """This process creates runs with ``faults`` blocks; the workers get the same switch from
-    their environment (``fault_kit.cluster``, ``runs.faultlab.worker_process``)."""
+    their environment (``fault_kit.cluster``, ``runs.fault_lab.faultlab.worker_process``)."""
     settings.AGENTCONSOLE_FAULTS_ENABLED = True
 
 

@@ -26,9 +26,9 @@ from django.utils import timezone
 from runs import models as m
 from runs import services
 from runs.domain.machine import TERMINAL
-from runs.scenarios import Scenario, parse_scenario
-from runs.sweeper import sweep
-from runs.trace_checks import trace_verify
+from runs.engine.sweeper import sweep
+from runs.start.scenarios import Scenario, parse_scenario
+from runs.trace.trace_checks import trace_verify
 from tests.plugins.effect_log import read_store
 from tests.support.workers import BASE_DIR, Cluster
 from tests.support.workers import cluster as worker_cluster

@@ -7,7 +7,7 @@ group). The run reaches ``cancelled`` only once the effect is known; an effect n
 check ends ``failed`` with a handoff.
 
 The child is found from outside: a process whose parent is a pool process of this test's worker
-and whose command line runs ``runs.isolated_child``; its process group is every process with
+and whose command line runs ``runs.engine.isolated_child``; its process group is every process with
 that pid as group id (the hanging tool adds a grandchild to it).
 """
 
@@ -39,7 +39,7 @@ def isolated_children(c: Cluster) -> list[Proc]:
     return [
         p
         for p in all_procs()
-        if p.ppid in pool and p.state != "Z" and "runs.isolated_child" in cmdline(p.pid)
+        if p.ppid in pool and p.state != "Z" and "runs.engine.isolated_child" in cmdline(p.pid)
     ]
 
 

@@ -1,5 +1,5 @@
-"""A pool process that dies is found by its worker's main process, not by its lease's expiry
-(issue 22 item 7; agentconsole/ops/worker_lifecycle.py ``Reaper``, runs.sweeper.recover_dead_local).
+"""A pool process that dies is found by its worker's main process, not by its lease's expiry (issue
+22 item 7; agentconsole/ops/worker_lifecycle.py ``Reaper``, runs.engine.sweeper.recover_dead_local).
 
 One real Celery worker whose leases last 120 s, and nobody sweeping: the only way its killed
 pool process's run can move on within the bound below is the main process noticing that the

@@ -1,9 +1,9 @@
 """``manage.py faultlab --json`` on the test database (issue 3: "faultlab --json reports every
 experiment passed").
 
-The command starts its own real worker (``runs.faultlab.worker_process``) pointed at the
-database this process is connected to (``runs.faultlab.database_url()``), runs every experiment
-and prints one JSON report. Its run-output root is a temporary folder for both processes.
+The command starts its own real worker (``runs.fault_lab.faultlab.worker_process``) pointed at the
+database this process is connected to (``runs.fault_lab.faultlab.database_url()``), runs every
+experiment and prints one JSON report. Its run-output root is a temporary folder for both processes.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import subprocess
 import pytest
 from django.core.management import call_command
 
-from runs.faultlab import EXPERIMENTS
-from runs.faultlab_calls import EXPERIMENTS as CALL_EXPERIMENTS
+from runs.fault_lab.faultlab import EXPERIMENTS
+from runs.fault_lab.faultlab_calls import EXPERIMENTS as CALL_EXPERIMENTS
 from tests.support.procs import all_procs, cmdline
 
 pytestmark = [pytest.mark.worker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

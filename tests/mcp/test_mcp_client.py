@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from policy.domain.contracts import CancelSignal, ToolContext
-from policy.domain.mcp import McpServerSpec, pin
+from policy.domain.mcp_tools.mcp import McpServerSpec, pin
 from policy.domain.outcomes import OutcomeStatus, ToolOutcome
 from policy.mcp.client import McpUnavailable, call_tool, list_tools
 from tests.mcp.mcp_kit import TIMEOUT_MS, TOKEN, NotesServer, http_server

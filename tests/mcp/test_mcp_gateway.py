@@ -27,9 +27,9 @@ from runs import models as m
 from runs import services
 from runs.calls import records
 from runs.calls.gateway import Gateway
-from runs.domain.calls import CallStatus
+from runs.domain.gateway.calls import CallStatus
 from runs.domain.state import RunState
-from runs.sweeper import sweep
+from runs.engine.sweeper import sweep
 from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, http_server
 from tests.mcp.test_mcp_runs import grant, register_and_accept, start
 from tests.support.clock import AheadClock

@@ -20,7 +20,7 @@ import pytest
 
 from runs import models as m
 from runs import services
-from runs.domain.calls import CallStatus
+from runs.domain.gateway.calls import CallStatus
 from tests.mcp.mcp_kit import READ_POLICY, TOKEN, NotesServer, http_server
 from tests.mcp.test_mcp_gateway import SLOW_WRITE_POLICY, tool_calls
 from tests.mcp.test_mcp_runs import grant, register_and_accept, start

@@ -21,7 +21,7 @@ import pytest
 from django.test import Client
 
 from policy.domain.contracts import CancelSignal, ToolContext
-from policy.domain.mcp import McpServerSpec, pin
+from policy.domain.mcp_tools.mcp import McpServerSpec, pin
 from policy.domain.outcomes import OutcomeStatus
 from policy.mcp.client import call_tool, list_tools
 from policy.mcp.wire import StrictMessages
@@ -33,7 +33,8 @@ from tests.support.personas import Persona, make_persona
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("allow_hostile")]
 
 SERVERS = "/api/mcp/servers/"
-# What the "names" server lists and why each bad entry is refused (policy.domain.mcp_listing).
+# What the "names" server lists and why each bad entry is refused
+# (policy.domain.mcp_tools.mcp_listing).
 REFUSED = [
     ("a/b</x>", "MCP_TOOL_NAME_UNSUPPORTED", None),
     ("..", "MCP_TOOL_NAME_UNSUPPORTED", None),

@@ -1,5 +1,5 @@
-"""alice's values copied into every place ``runs.erasure_places.ERASED`` names (issue 9 item 11,
-issue 21 item 3), for the erase tests: what her runs store, what people typed about them, and
+"""alice's values copied into every place ``runs.privacy.erasure_places.ERASED`` names (issue 9 item
+11, issue 21 item 3), for the erase tests: what her runs store, what people typed about them, and
 what tools said back.
 
 ``held(place, column)`` reads a place the way the erase finds it (``Place.rows``), so a test that
@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 
 from agentconsole import wiring
-from bench.slow_model import SlowModel
+from bench.support.slow_model import SlowModel
 from memory.services import preference_propose_edit, preference_revoke
-from runs import answers, selectors, services
 from runs import models as m
+from runs import selectors, services
 from runs.domain.budgets import RunBudgets
-from runs.erasure_places import Place
-from runs.handoffs import handoff_claim, handoff_resolve
+from runs.people import answers
+from runs.people.handoffs import handoff_claim, handoff_resolve
+from runs.privacy.erasure_places import Place
 from tests.memory.memory_kit import confirmed_write
 from tests.support import quoting_tools
 from tests.support.db_scan import as_text
@@ -52,7 +53,8 @@ TOOL_GRANTS = [
 
 @pytest.fixture
 def model_endpoint(settings: Any) -> Iterator[None]:
-    """The slow model server (bench.slow_model) as the endpoint of alice's model-planned run."""
+    """The slow model server (bench.support.slow_model) as the endpoint of alice's model-planned
+    run."""
     server = SlowModel(delay_s=0.01).start()
     settings.AGENTCONSOLE_MODEL_ENDPOINTS = {
         MODEL_ENDPOINT: {"base_url": server.base_url, "model": "slow", "timeout_s": 5}

@@ -1,6 +1,6 @@
 """A user's erase reaches every copy of their values (issue 9 item 11, issue 21 item 3).
 
-The places are not listed here: they are ``runs.erasure_places.ERASED``, the list the erase
+The places are not listed here: they are ``runs.privacy.erasure_places.ERASED``, the list the erase
 rewrites. The scenario (``erase_kit.alice_everywhere``) must fill every one of them, and the
 erase must empty every one of them; a column dropped from the list is caught by
 ``test_each_column_of_the_list_is_needed``. Afterwards a search of every table of the database
@@ -24,11 +24,12 @@ from memory.models import PreferenceHistory, PreferenceRecord, WorkingMemoryItem
 from memory.services import preference_revoke, preferences_erase
 from policy.domain.canonical import content_hash
 from policy.models import Confirmation, ConfirmationApproval
-from runs import erasure_places, selectors
 from runs import models as m
+from runs import selectors
 from runs.domain import lifecycle
 from runs.domain.errors import VersionConflict
-from runs.trace_checks import trace_verify
+from runs.privacy import erasure_places
+from runs.trace.trace_checks import trace_verify
 from tests.memory import erase_kit as kit
 from tests.memory.erase_kit import CURRENT, ERASED
 from tests.support.db_scan import Hit, scan

@@ -16,7 +16,7 @@ from django.db import models
 
 from memory import erasure_places as memory_places
 from policy import erasure_places as policy_places
-from runs.erasure_places import ERASED, NOT_REWRITTEN, column_name, erased_columns
+from runs.privacy.erasure_places import ERASED, NOT_REWRITTEN, column_name, erased_columns
 from tests.support.db_scan import text_columns
 
 

@@ -17,8 +17,8 @@ import pytest
 from memory.domain.working import MAX_CHARS, MAX_ITEMS, rebuild
 from memory.models import WorkingMemoryItem
 from memory.services import working_memory_rebuild
-from runs.corpus import document_load
 from runs.domain.runner import Runner
+from runs.tools.corpus import document_load
 from tests.memory.memory_kit import (
     as_rows,
     content_chars,

@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs.scenarios import parse_scenario
+from runs.start.scenarios import parse_scenario
 from tests.memory.memory_kit import Ran, differing_paths
 from tests.support.runs import SCENARIO_DIR, load_scenario
 

@@ -17,8 +17,8 @@ from notify import tasks as notify_tasks
 from notify.models import Notification
 from policy.models import Confirmation
 from runs import models as m
-from runs.domain.commits import Commit, ConfirmationRequest
 from runs.domain.errors import IntegrityViolation
+from runs.domain.step.commits import Commit, ConfirmationRequest
 from tests.notify import notify_kit as kit
 from tests.support.handoffs import handoff_run
 from tests.support.personas import make_user

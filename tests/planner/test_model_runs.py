@@ -21,10 +21,10 @@ from memory.models import PreferenceRecord
 from policy.models import Confirmation
 from runs import models as m
 from runs import services
-from runs.console_selectors import budgets_of
-from runs.domain import model_planning as mp
 from runs.domain.budgets import RunBudgets
+from runs.domain.gateway import model_planning as mp
 from runs.domain.runner import Runner
+from runs.web.console_selectors import budgets_of
 from tests.planner.conftest import CANARY_KEY, FakeSleep
 from tests.support.clock import FakeClock
 from tests.support.db_scan import scan

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runs.domain import model_planning as mp
+from runs.domain.gateway import model_planning as mp
 from runs.domain.planning import PlannerContext, PlannerError, PlannerReply
 from runs.domain.state import RunState
 from runs.planners.openai_planner import ModelEndpoint, OpenAIPlanner

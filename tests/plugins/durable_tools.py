@@ -1,10 +1,10 @@
 """Plugin tools for the durable-execution tests (tests/durable). Registered with
 ``AGENTCONSOLE_TOOLS = ["tests.plugins.durable_tools"]`` (and, for isolated tools, the same value
-in the environment, so the child process ``runs.isolated_child`` finds them too).
+in the environment, so the child process ``runs.engine.isolated_child`` finds them too).
 
 In-process tools record every real call in ``CALLS`` (tool name, idempotency token) so a test
 can tell whether a tool body ran, how often, and under which token. Fault wrappers
-(``runs.faults``) answer before the body runs, so an injected failure is not a call here.
+(``runs.fault_lab.faults``) answer before the body runs, so an injected failure is not a call here.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def _wait(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:
     return ToolOutcome.succeeded({"ok": True})
 
 
-# --- isolated tools (run in the child process ``runs.isolated_child``) -------------------------
+# --- isolated tools (run in the child process ``runs.engine.isolated_child``) ---------------------
 
 
 def _isolated_echo(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutcome:

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from runs import models as m
-from runs.leases import HANDED_BACK
-from runs.sweeper import sweep
+from runs.engine.leases import HANDED_BACK
+from runs.engine.sweeper import sweep
 from tests.faults import fault_kit as fk
 from tests.support.procs import cmdline, group, tagged
 from tests.support.workers import cluster

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from agentconsole.ops import heartbeat
 from runs import models as m
-from runs.leases import HANDED_BACK
+from runs.engine.leases import HANDED_BACK
 from tests.production.prod_kit import production_env
 from tests.support.procs import group, kill_all
 from tests.support.workers import worker_database_url
@@ -344,7 +344,7 @@ def _sigterm_leaves_nothing(stack: Stack) -> None:
         _wait(lambda p=process: not group(p.pid), STOP_BOUND_S, f"{name} left processes")
         assert process.wait(5) in (0, -signal.SIGTERM, 143), (name, stack.log(name))
     # Held: a worker's name on an unexpired lease (a dead process's lease lapses, its name kept
-    # for the sweeper: runs.leases.release_dead_local).
+    # for the sweeper: runs.engine.leases.release_dead_local).
     held = (
         m.Run.objects.exclude(lease_owner=None)
         .exclude(lease_owner__startswith=HANDED_BACK)

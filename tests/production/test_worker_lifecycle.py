@@ -24,8 +24,8 @@ from agentconsole.kernel.log_context import run_context
 from agentconsole.ops import heartbeat, logs, worker_lifecycle
 from runs import models as m
 from runs import services
-from runs.leases import lease_taken_over, local_host, local_pid_alive, release_dead_local
-from runs.sweeper import recover_dead_local, sweep
+from runs.engine.leases import lease_taken_over, local_host, local_pid_alive, release_dead_local
+from runs.engine.sweeper import recover_dead_local, sweep
 from tests.api.api_kit import created_run
 from tests.support.personas import make_user
 from tests.support.workers import wait_for

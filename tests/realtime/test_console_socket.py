@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
 from agentconsole.asgi import application
-from runs.scenarios import parse_scenario, run_scenario
+from runs.start.scenarios import parse_scenario, run_scenario
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The doorbell's sends (runs.doorbell._Bell): one in flight per group, the latest ring wins,
+"""The doorbell's sends (runs.engine.doorbell._Bell): one in flight per group, the latest ring wins,
 a bounded number of groups at once.
 
 One send per ring let a process with many runs stepping pile up sends until the channel layer's
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runs import doorbell
+from runs.engine import doorbell
 
 WAIT_S = 10  # a bound on waiting for the bell's thread, not a speed claim
 

@@ -1,5 +1,5 @@
 """Sockets with one credential watching one thing share their credential checks
-(runs.socket_guard._shared), but a socket never relies on a check that started before its own
+(runs.web.socket_guard._shared), but a socket never relies on a check that started before its own
 read finished: such a check may have missed a revocation committed before the events the socket
 is about to send. The checks here are futures the test finishes by hand, so the tests assert
 what is shared and what is not, not how fast anything is.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runs import socket_guard
+from runs.web import socket_guard
 from tests.support.loops import run_in_own_loop
 
 KEY = ("credential", ("run", "run_shared"))

@@ -3,7 +3,7 @@
 Each cause — the token revoked (``DELETE /api/auth/token/``), the token expired, the password
 changed (a token socket and a session socket), the account deactivated, the role that let it
 watch removed, the session signed out — is tried along each path that can close the socket
-(runs/socket_guard.py):
+(runs/web/socket_guard.py):
 
 - ``ring``: the user's doorbell, rung after commit (agentconsole/access/ws_revoke.py). The periodic
   check and the trace's catch-up are out of reach, so only the ring can close it;

@@ -16,10 +16,11 @@ from rest_framework.authtoken.models import Token
 from agentconsole import wiring
 from agentconsole.asgi import application
 from runs import consumers
-from runs.domain import lifecycle, timeline
+from runs.domain import lifecycle
+from runs.domain.console import timeline
 from runs.domain.errors import VersionConflict
 from runs.models import TraceEvent
-from runs.scenarios import parse_scenario, run_scenario
+from runs.start.scenarios import parse_scenario, run_scenario
 from tests.support.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,7 +130,7 @@ def test_reconnect_with_after_gives_no_gap_and_no_duplicate(personas):
 def test_periodic_catch_up_delivers_when_the_doorbell_is_lost(personas, monkeypatch):
     """The embedded deployment: a worker's doorbell never reaches the web process."""
     monkeypatch.setattr(consumers, "CATCH_UP_S", 0.05)
-    monkeypatch.setattr("runs.doorbell.ring_after_commit", lambda *a, **k: None)
+    monkeypatch.setattr("runs.engine.doorbell.ring_after_commit", lambda *a, **k: None)
     wiring_store = wiring.store
 
     def silent_store(lease_owner=None):
@@ -273,8 +274,8 @@ def test_a_live_frame_says_what_the_page_says_of_the_same_event(personas):
 
 
 def test_the_console_script_holds_no_event_wording():
-    # Every summary is written in runs/domain/timeline.py only: take the opening words of each
-    # event's summary and look for them in the script.
+    # Every summary is written in runs/domain/console/timeline.py only: take the opening words of
+    # each event's summary and look for them in the script.
     script = (Path(__file__).resolve().parents[2] / "static" / "console" / "trace.js").read_text()
     for name in timeline._SUMMARIES:
         summary = timeline.describe({"sequence": 1, "event": name, "details": {}}).summary

@@ -22,8 +22,8 @@ from runs.domain.errors import IntegrityViolation
 from runs.domain.ids import MINTED_MARK, minted_confirmation_id
 from runs.domain.machine import Status
 from runs.models import Handoff, Run
-from runs.scenarios import ScenarioError, parse_scenario
-from runs.store import OrmRunStore
+from runs.orm.store import OrmRunStore
+from runs.start.scenarios import ScenarioError, parse_scenario
 from tests.services.services_kit import MEMORY_GRANT, create_run, save_language
 from tests.support.runs import bare_run
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runs.scenarios import parse_scenario
+from runs.start.scenarios import parse_scenario
 from tests.support.runs import SCENARIO_DIR
 
 FILES = sorted(SCENARIO_DIR.glob("*.json"))

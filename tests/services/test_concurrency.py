@@ -17,9 +17,9 @@ from runs import models as m
 from runs import services
 from runs.domain import lifecycle
 from runs.domain import trace as ev
-from runs.domain.decide import decide
 from runs.domain.errors import VersionConflict
 from runs.domain.machine import Status
+from runs.domain.step.decide import decide
 from tests.services.services_kit import MEMORY_GRANT, create_run, save_language, search, trace
 from tests.support.races import THREADS, race
 

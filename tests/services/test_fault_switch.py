@@ -18,11 +18,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentconsole import wiring
-from runs import fault_switch, faults, services
+from runs import services
 from runs.domain.machine import Status
-from runs.executor import ThreadExecutor
-from runs.faults import FaultingExecutor
-from runs.isolation import run_isolated
+from runs.engine.executor import ThreadExecutor
+from runs.engine.isolation import run_isolated
+from runs.fault_lab import fault_switch, faults
+from runs.fault_lab.faults import FaultingExecutor
 from runs.models import Run
 from tests.services.services_kit import create_run, search
 from tests.support.runs import bare_run
@@ -111,7 +112,7 @@ def test_off_the_crash_code_is_unreachable_even_with_its_environment_variable():
     env = {k: v for k, v in os.environ.items() if k != "AGENTCONSOLE_FAULTS_ENABLED"}
     env.update({faults.CRASH_ENV: "1", "DJANGO_SETTINGS_MODULE": "agentconsole.settings"})
     code = (
-        "import django; django.setup(); from runs import faults; "
+        "import django; django.setup(); from runs.fault_lab import faults; "
         "print(faults._die('before_tool').code)"
     )
     done = subprocess.run(  # our interpreter, fixed code, no shell

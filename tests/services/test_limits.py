@@ -17,8 +17,8 @@ from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
 from runs.domain.budgets import RunBudgets
-from runs.limits import DAY_MS, OrmStepQuota, RunCreateThrottled, RunLimits
-from runs.scenarios import parse_scenario, run_scenario
+from runs.start.limits import DAY_MS, OrmStepQuota, RunCreateThrottled, RunLimits
+from runs.start.scenarios import parse_scenario, run_scenario
 from tests.services.services_kit import SEARCH_GRANT
 from tests.support.personas import make_user
 from tests.support.races import THREADS, race

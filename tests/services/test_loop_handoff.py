@@ -19,7 +19,7 @@ REASON = "REPEATED_PROPOSAL_WITHOUT_NEW_OBSERVATION"
 
 @pytest.fixture(autouse=True)
 def _corpus(transactional_db: None) -> None:
-    from runs.corpus import demo_corpus_dir, document_load
+    from runs.tools.corpus import demo_corpus_dir, document_load
 
     for path in sorted(demo_corpus_dir().glob("*.md")):
         document_load(path=path)

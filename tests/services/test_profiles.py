@@ -1,5 +1,5 @@
-"""Run profiles on the ORM (runs.profiles): writes checked by the domain first (nothing saved on a
-refusal), who may use what, the edit's compare-and-set, and runs started from a profile — with
+"""Run profiles on the ORM (runs.start.profiles): writes checked by the domain first (nothing saved
+on a refusal), who may use what, the edit's compare-and-set, and runs started from a profile — with
 exactly its grants, bound — reaching a sensible end for each demo profile.
 
 Personas: ``operator`` defines profiles; ``alice`` and ``bob`` are users (``bob`` also in the
@@ -21,11 +21,12 @@ from memory.models import PreferenceRecord
 from policy.domain.errors import DomainError
 from policy.models import Confirmation, Grant
 from runs import models as m
-from runs import profiles, services
-from runs.demo_profiles import DEMO_PROFILES, load_demo_profiles
+from runs import services
+from runs.demo.demo_profiles import DEMO_PROFILES, load_demo_profiles
 from runs.domain.machine import Status
 from runs.domain.profiles import ProfileInvalid
 from runs.models import RunProfile
+from runs.start import profiles
 from tests.support.personas import make_user, user_fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -191,7 +192,7 @@ def _advance(run_id: str) -> m.Run:
 
 
 def test_each_demo_profile_reaches_a_sensible_end(operator: Any, alice: Any) -> None:
-    from runs.corpus import demo_corpus_dir, document_load
+    from runs.tools.corpus import demo_corpus_dir, document_load
 
     for path in sorted(demo_corpus_dir().iterdir()):
         document_load(path=path)

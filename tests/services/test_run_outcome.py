@@ -19,13 +19,14 @@ from memory.models import PreferenceRecord
 from policy.domain.outcomes import OutcomeStatus
 from policy.models import Confirmation
 from runs import models as m
-from runs import profiles, selectors, services
-from runs.corpus import demo_corpus_dir, document_load
-from runs.demo_profiles import load_demo_profiles
+from runs import selectors, services
+from runs.demo.demo_profiles import load_demo_profiles
 from runs.domain import writes
 from runs.domain.machine import Status
 from runs.domain.state import RunState
-from runs.store import OrmRunStore
+from runs.orm.store import OrmRunStore
+from runs.start import profiles
+from runs.tools.corpus import demo_corpus_dir, document_load
 from tests.support.personas import user_fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """A step's reads and writes in one round trip each (``agentconsole.kernel.sqlbatch``,
-``runs.store``).
+``runs.orm.store``).
 
 The statements are built from the models' own fields, so what they write must read back through
 the ORM exactly as an ORM write would; a batch that loses its compare-and-set must leave nothing

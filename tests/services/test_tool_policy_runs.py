@@ -25,11 +25,12 @@ from memory.models import WorkingMemoryItem
 from policy.domain.observations import TrustLabel
 from policy.models import Confirmation
 from runs import models as m
-from runs import profiles, services
-from runs.corpus import demo_corpus_dir, document_load
+from runs import services
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import Status
 from runs.domain.profiles import ProfileInvalid
+from runs.start import profiles
+from runs.tools.corpus import demo_corpus_dir, document_load
 from tests.plugins import tracker
 from tests.support.personas import user_fixture
 from tests.support.planner import tool_call

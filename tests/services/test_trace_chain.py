@@ -28,8 +28,8 @@ from runs import models as m
 from runs import services
 from runs.domain.machine import TERMINAL, Status
 from runs.domain.state import RunState
-from runs.store import OrmRunStore
-from runs.trace_checks import trace_verify
+from runs.orm.store import OrmRunStore
+from runs.trace.trace_checks import trace_verify
 from tests.services.services_kit import MEMORY_GRANT, create_run, save_language, search
 from tests.support.races import race
 

@@ -1,6 +1,6 @@
 """The console's forms as a browser finds them: crawl the pages a persona can reach, read every
 ``<form>`` (its action, method and fields with the values the page filled in), and make hostile
-variants of a form's data for the error sweep (tests/api/test_error_sweep_console.py).
+variants of a form's data for the error sweep (tests/api/errors/test_error_sweep_console.py).
 
 Discovery instead of a list: a form added to a page later is swept without anyone listing it.
 """

@@ -1,9 +1,9 @@
 """Runs that end with a handoff, for every test that needs one (API, console pages, browser).
 
-In-process (``handoff_run``, ``unknown_effect_run``): through ``runs.scenarios.run_scenario``, as
-the API tests always did (``tests.api.api_kit`` re-exports them). Against a live console
-(``live_handoff``): the same scenarios through ``manage.py run_fixture`` — the management path
-the browser tests already use — so a browser test never depends on what the demo left open.
+In-process (``handoff_run``, ``unknown_effect_run``): through ``runs.start.scenarios.run_scenario``,
+as the API tests always did (``tests.api.api_kit`` re-exports them). Against a live console
+(``live_handoff``): the same scenarios through ``manage.py run_fixture`` — the management path the
+browser tests already use — so a browser test never depends on what the demo left open.
 """
 
 from __future__ import annotations

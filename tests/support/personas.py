@@ -13,7 +13,7 @@ runs/apis.py, memory/apis.py; roles are groups created by policy/migrations/0002
   confirmation, cancels any run, grants capabilities to the runs it starts; reads handoffs, but
   does not claim or resolve them; no other subject's memory.
 - ``operator2`` (group ``operator``): a second operator, the other pair of eyes of a four-eyes
-  confirmation (policy.domain.approvers); otherwise the same rights as ``operator``.
+  confirmation (policy.domain.confirmation.approvers); otherwise the same rights as ``operator``.
 - ``reviewer`` and ``reviewer2`` (group ``reviewer``): read every run; claim and resolve
   handoffs (a handoff claimed by one is PERMISSION_DENIED to the other); do not decide
   confirmations, cancel others' runs or grant; no other subject's memory.

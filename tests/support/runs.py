@@ -12,8 +12,8 @@ from typing import Any
 from django.core.management import call_command
 
 import runs
-from runs.corpus import demo_corpus_dir, document_load
-from runs.scenarios import parse_scenario, run_scenario
+from runs.start.scenarios import parse_scenario, run_scenario
+from runs.tools.corpus import demo_corpus_dir, document_load
 
 FIXTURES = Path(runs.__file__).resolve().parent / "fixtures"
 SCENARIO_DIR = FIXTURES / "scenarios"
@@ -26,7 +26,7 @@ def load_fixture(relative: str) -> dict[str, Any]:
 
 
 def scenario_run(data: dict[str, Any], owner: Any) -> dict[str, Any]:
-    """Run a scenario in-process (``runs.scenarios.run_scenario``); its export."""
+    """Run a scenario in-process (``runs.start.scenarios.run_scenario``); its export."""
     return run_scenario(parse_scenario(json.dumps(data, ensure_ascii=False)), owner=owner)
 
 

@@ -39,7 +39,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from bench.stack import forget_queue
+from bench.support.stack import forget_queue
 from tests.support.procs import TAG_ENV, children, kill_all, tagged
 
 BASE_DIR = Path(__file__).resolve().parents[2]

@@ -307,7 +307,7 @@ def test_a_model_planners_call_lights_up_the_genai_attributes(
     """The model planner's call summary (``PlannerReply.details``, built by the same
     ``trace_summary`` as the OpenAI-compatible planner) becomes GenAI attributes; a model name
     that is not a name is exported as OTHER."""
-    from runs.domain import model_planning as mp
+    from runs.domain.gateway import model_planning as mp
     from runs.domain.planning import FixturePlanner, PlannerReply
 
     class ModelLikePlanner(FixturePlanner):

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from agentconsole import wiring
-from tests.domain.test_contract_registration import REFUSED
+from tests.domain.policy_domain.test_contract_registration import REFUSED
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from policy.domain.contracts import CancelSignal, ToolContext
 from policy.domain.outcomes import OutcomeStatus
 from policy.domain.registry import ToolRegistry
 from runs import models as m
-from runs.scenarios import Scenario, run_scenario
+from runs.start.scenarios import Scenario, run_scenario
 from runs.tools import demo_partner
 from tests.support.planner import tool_call
 

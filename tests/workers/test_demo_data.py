@@ -19,7 +19,7 @@ from policy import provenance_selectors
 from policy.models import Confirmation
 from runs import models as m
 from runs import selectors, services
-from runs.demo_runs import DEMO_RUNS, waiting_deadline_ms
+from runs.demo.demo_runs import DEMO_RUNS, waiting_deadline_ms
 from runs.domain.clock import SYSTEM_CLOCK
 from runs.tools import demo_notice, demo_partner
 from tests.workers.test_worker_runs import wait_until

@@ -16,12 +16,12 @@ from memory.models import PreferenceHistory, PreferenceRecord
 from policy.models import Confirmation as ConfirmationRow
 from runs import models as m
 from runs import services
-from runs.corpus import demo_corpus_dir, document_load
 from runs.domain import trace as ev
 from runs.domain.budgets import RunBudgets
 from runs.domain.machine import TERMINAL, Status
 from runs.domain.state import RunState
-from runs.scenarios import Scenario, parse_scenario
+from runs.start.scenarios import Scenario, parse_scenario
+from runs.tools.corpus import demo_corpus_dir, document_load
 from tests.support.workers import Worker, wait_for, worker_alive
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]

@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentconsole import wiring
 from policy.domain import strict_json
 from policy.domain.errors import DomainError
-from policy.domain.mcp_listing import RefusedTool
+from policy.domain.mcp_tools.mcp_listing import RefusedTool
 from policy.domain.strict_json import JsonRefused
 from policy.mcp import selectors, services
 from policy.models import McpTool

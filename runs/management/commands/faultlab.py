@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.fault_switch import FaultsDisabled, require_faults_enabled
-from runs.faultlab import EXPERIMENTS, run_all
-from runs.faultlab_calls import EXPERIMENTS as CALL_EXPERIMENTS
+from runs.fault_lab.fault_switch import FaultsDisabled, require_faults_enabled
+from runs.fault_lab.faultlab import EXPERIMENTS, run_all
+from runs.fault_lab.faultlab_calls import EXPERIMENTS as CALL_EXPERIMENTS
 
 
 class Command(BaseCommand):

@@ -2,10 +2,10 @@
 
 Development only (issue 9 item 7): it refuses to run with DEBUG off, and there is no flag to
 override that; a deployment creates its accounts with ``createsuperuser`` and ``grant_role``
-(docs/deploy.md, "The first hour"). Missing demo users are
-created with their user name as password; an existing user is never changed (a changed password
-stays changed). Documents are upserted; the demo runs (``runs.demo_runs``: one of each state the
-console shows) are made by the real runner, each only when it is not there yet.
+(docs/deploy.md, "The first hour"). Missing demo users are created with their user name as password;
+an existing user is never changed (a changed password stays changed). Documents are upserted; the
+demo runs (``runs.demo.demo_runs``: one of each state the console shows) are made by the real
+runner, each only when it is not there yet.
 
 ``--auto`` is what ``make run`` calls: it loads the demo only on a fresh database (no user yet),
 or on every start when AGENTCONSOLE_DEMO=1; AGENTCONSOLE_DEMO=0 never loads it; with DEBUG off it
@@ -23,10 +23,10 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentconsole import wiring
-from runs.corpus import demo_corpus_dir, document_load
-from runs.demo_profiles import load_demo_profiles
-from runs.demo_runs import load_demo_runs
-from runs.demo_users import DEMO_USERS
+from runs.demo.demo_profiles import load_demo_profiles
+from runs.demo.demo_runs import load_demo_runs
+from runs.demo.demo_users import DEMO_USERS
+from runs.tools.corpus import demo_corpus_dir, document_load
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.corpus import document_load
+from runs.tools.corpus import document_load
 
 
 class Command(BaseCommand):

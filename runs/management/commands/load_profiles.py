@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentconsole import wiring
 from policy.domain import strict_json
 from policy.domain.errors import DomainError
-from runs.profiles import profiles_load
+from runs.start.profiles import profiles_load
 
 
 def _profiles_in(path: Path) -> list[Any]:

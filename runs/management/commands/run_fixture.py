@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentconsole import wiring
 from policy.domain.errors import DomainError
-from runs.scenarios import MAX_SCENARIO_BYTES, parse_scenario, run_scenario
+from runs.start.scenarios import MAX_SCENARIO_BYTES, parse_scenario, run_scenario
 
 
 class Command(BaseCommand):

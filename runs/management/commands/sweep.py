@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from agentconsole import wiring
-from runs.sweeper import sweep
+from runs.engine.sweeper import sweep
 
 
 class Command(BaseCommand):

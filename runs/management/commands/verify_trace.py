@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runs.trace_checks import traces_verify
+from runs.trace.trace_checks import traces_verify
 
 
 class Command(BaseCommand):
