@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit
+from weakref import WeakKeyDictionary
 
+from django.conf import settings
 from django.db import transaction
 from django.test import Client
 from django.urls import Resolver404, resolve
@@ -43,6 +45,8 @@ LEAF_TOKENS: dict[str, str] = {
 }
 MAX_LEAVES = 12  # leaves of one JSON field replaced, one at a time
 _MARK = "@@sweep@@"
+# Whom each sweeping client last signed in, and the session key it got (``_signed_in``).
+_SIGNED_IN: WeakKeyDictionary[Client, tuple[Any, str]] = WeakKeyDictionary()
 
 
 @dataclass
@@ -177,7 +181,7 @@ def submit(client: Client, user: Any, form: Form, data: dict[str, list[str]]) ->
     """Send ``data`` as ``form`` would, form-encoded as a browser does (Django's client would
     refuse a NUL in a value; a browser sends %00), in a transaction rolled back after it: each
     variant meets the same data."""
-    client.force_login(user)  # a logout variant ends the session: signed in again, outside
+    _signed_in(client, user)
     with transaction.atomic():
         if form.method == "post":
             body = urlencode([(k, v) for k, values in data.items() for v in values])
@@ -187,6 +191,19 @@ def submit(client: Client, user: Any, form: Form, data: dict[str, list[str]]) ->
             response = client.get(form.action, data)
         transaction.set_rollback(True)
     return response
+
+
+def _signed_in(client: Client, user: Any) -> None:
+    """Sign ``user`` in again (outside the rolled-back transaction) only when the last variant
+    ended the session: a logout clears the session cookie, a view that cycles the key sets a
+    new one whose row the rollback took away. Otherwise the session row the rollback kept is
+    still the one the cookie names (a sign-in per variant cost 5 queries and a tenth of the
+    sweep's time)."""
+    cookie = client.cookies.get(settings.SESSION_COOKIE_NAME)
+    if cookie is not None and cookie.value and (user.pk, cookie.value) == _SIGNED_IN.get(client):
+        return
+    client.force_login(user)
+    _SIGNED_IN[client] = (user.pk, client.cookies[settings.SESSION_COOKIE_NAME].value)
 
 
 def variants(form: Form) -> Iterator[tuple[str, dict[str, Any]]]:
