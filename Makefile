@@ -35,8 +35,8 @@ run: venv migrate
 	exec scripts/run.sh
 
 # Parallel test processes (pytest-xdist): one per core, at most 4 (each makes its own test
-# database and Redis database: tests/support/parallel.py). TEST_PROCESSES=1: in this one process,
-# serially. The tests that share a module's worker or the browser stack stay in one process
+# database and Redis database: tests/support/session/parallel.py). TEST_PROCESSES=1: in this
+# one process, serially. The tests that share a module's worker or the browser stack stay in one process
 # (the scheduler in tests/conftest.py).
 TEST_PROCESSES ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
 	|| echo 1); echo $$((n > 4 ? 4 : n)))

@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from tests.support import flush, parallel
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
+from tests.support.session import flush, parallel
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
-    """Parallel processes (``make test``): a Redis database each (tests/support/parallel.py)."""
+    """Parallel processes (``make test``): a Redis database each
+    (tests/support/session/parallel.py)."""
     parallel.give_each_worker_its_redis(specs)
 
 
@@ -31,7 +32,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 @pytest.fixture(scope="session", autouse=True)
 def flush_keeps_migrate_rows() -> Iterator[None]:
     """A transactional test's teardown empties the tables but keeps the content types and
-    permissions ``migrate`` made, instead of making them again (tests/support/flush.py)."""
+    permissions ``migrate`` made, instead of making them again (tests/support/session/flush.py)."""
     from django.test import TransactionTestCase
 
     original = TransactionTestCase._fixture_teardown

@@ -1,5 +1,5 @@
-"""Parallel test processes (tests/support/parallel.py): each gets a Redis database of its own,
-the browser tests and the tests sharing a module's fixture are handed out together."""
+"""Parallel test processes (tests/support/session/parallel.py): each gets a Redis database of its
+own, the browser tests and the tests sharing a module's fixture are handed out together."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings
 
-from tests.support import parallel
+from tests.support.session import parallel
 
 
 def test_each_process_has_a_redis_database_of_its_own() -> None:
