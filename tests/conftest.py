@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
-from tests.support.session import flush, parallel
+from tests.support.session import parallel
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -27,18 +27,6 @@ def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The browser tests in one process, worker tests a module at a time (parallel.py)."""
     return parallel.make_scheduler(config, log)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def flush_keeps_migrate_rows() -> Iterator[None]:
-    """A transactional test's teardown empties the tables but keeps the content types and
-    permissions ``migrate`` made, instead of making them again (tests/support/session/flush.py)."""
-    from django.test import TransactionTestCase
-
-    original = TransactionTestCase._fixture_teardown
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(TransactionTestCase, "_fixture_teardown", flush.teardown_for(original))
-        yield
 
 
 @pytest.fixture(autouse=True)

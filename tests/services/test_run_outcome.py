@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from memory.models import PreferenceRecord
@@ -132,7 +132,8 @@ def test_the_flagged_page_walks_its_partial_index() -> None:
     over the status index."""
     query = selectors.runs_flagged(m.Run.objects.all()).order_by("-created_at", "-id")[:51]
     sql, params = query.query.sql_with_params()
-    with connection.cursor() as cursor:
+    # In a transaction of its own: SET LOCAL outside one changes nothing (a transactional test).
+    with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL enable_seqscan = off")
             cursor.execute("SET LOCAL enable_bitmapscan = off")
