@@ -1,7 +1,9 @@
 """What a page did wrong while a browser test used it (issue 21 item 10): every
 Content-Security-Policy violation (the document's ``securitypolicyviolation`` events, and
 Chromium's console message for each), every console error and uncaught exception, every request
-to the console that failed or answered 4xx/5xx, and the websockets it opened.
+to the console that failed or answered 4xx/5xx, and the websockets it opened. It also counts
+the page's requests in flight, for ``settle``: the wait that replaces Playwright's
+``networkidle`` (which always waits 500 ms of silence; the walks open a hundred pages).
 
 The listener is installed before any of the page's scripts (``add_init_script``) and reports
 through a Playwright binding, so neither is subject to the page's policy, and a violation is
@@ -12,6 +14,7 @@ every page of every browser test for violations; ``test_csp.py`` also asks for t
 from __future__ import annotations
 
 import re
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,13 @@ class Watch:
     errors: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     sockets: list[Any] = field(default_factory=list)
+    # Requests sent and not yet answered or failed; when the count last changed (monotonic s).
+    in_flight: int = 0
+    changed_at: float = field(default_factory=time.monotonic)
+
+    def count(self, delta: int) -> None:
+        self.in_flight = max(0, self.in_flight + delta)
+        self.changed_at = time.monotonic()
 
     def problems(self) -> list[str]:
         """Everything but the sockets: a page that worked under its policy leaves this empty."""
@@ -83,4 +93,26 @@ def watch(page: Any, origin: str) -> Watch:
     page.on("response", response)
     page.on("requestfailed", request_failed)
     page.on("websocket", lambda socket: seen.sockets.append(socket))
+    page.on("request", lambda _: seen.count(+1))
+    page.on("requestfinished", lambda _: seen.count(-1))
+    page.on("requestfailed", lambda _: seen.count(-1))
     return seen
+
+
+QUIET_S = 0.15
+
+
+def settle(page: Any, *, quiet_s: float = QUIET_S, timeout_s: float = 15.0) -> None:
+    """Wait until ``page`` has loaded and none of its requests has been in flight for
+    ``quiet_s``: its scripts have run and what they fetched is back, so whatever they did wrong
+    is in its watch. What the tests asked of ``wait_for_load_state("networkidle")``, which waits
+    500 ms of silence every time. Websockets stay open and do not count (as for Playwright)."""
+    seen = _WATCHES.get(page)
+    if seen is None:  # counting from now would miss what the page asked for already
+        raise ValueError("settle needs a page watched from its start (conftest.new_page)")
+    page.wait_for_load_state("load")
+    deadline = time.monotonic() + timeout_s
+    while seen.in_flight or time.monotonic() - seen.changed_at < quiet_s:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{page.url}: {seen.in_flight} requests still in flight")
+        page.wait_for_timeout(25)  # lets Playwright deliver the page's events meanwhile

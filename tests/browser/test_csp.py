@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.browser.browser_kit import DESKTOP, Console, login, shot, waiting_run
-from tests.browser.csp_watch import Watch, watch
+from tests.browser.csp_watch import Watch, settle, watch
 
 pytestmark = pytest.mark.browser
 
@@ -49,7 +49,7 @@ def visit(page: Any, seen: Watch, path: str) -> list[str]:
     """Open ``path``, let its scripts run; the problems of its answer (a page that fails)."""
     response = page.goto(path)
     assert response is not None, path
-    page.wait_for_load_state("networkidle")
+    settle(page)
     problems = policy_problems(path, response)
     if response.status >= 400:
         problems.append(f"{path}: {response.status}")
@@ -254,7 +254,7 @@ def test_runs_search_with_htmx_under_the_policy(
     page.evaluate("() => { window.__notReloaded = true; }")
     page.get_by_label("Goal contains").fill("quarantine")
     page.wait_for_url(re.compile(r"q=quarantine"))
-    page.wait_for_load_state("networkidle")
+    settle(page)
     goals = page.locator("[data-run-row]").all_inner_texts()
     assert goals
     assert all("quarantine" in g.lower() for g in goals), goals

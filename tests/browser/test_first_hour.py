@@ -40,7 +40,7 @@ from tests.browser.browser_kit import (
     missing,
     shot,
 )
-from tests.browser.csp_watch import watch
+from tests.browser.csp_watch import settle, watch
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.browser
@@ -168,7 +168,7 @@ def test_each_role_lands_on_its_first_screen(
     page = open_as(name, viewport)
     path, heading = FIRST_SCREEN[role]
     assert page.url.endswith(path), page.url
-    page.wait_for_load_state("networkidle")
+    settle(page)
     assert page.get_by_role("heading", level=1).first.inner_text().startswith(heading)
     # Only the admin is shown the way into the Django admin.
     assert page.get_by_role("link", name="Admin", exact=True).count() == (role == "admin")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.browser.browser_kit import DESKTOP, PHONE, Console, layout_problems, login, shot
+from tests.browser.csp_watch import settle
 from tests.support.handoffs import budget_handoff_scenario, live_handoff
 
 pytestmark = pytest.mark.browser
@@ -70,7 +71,7 @@ def test_page_layout_and_access(
     response = page.goto(path)
     assert response is not None
     assert response.status == 200, f"{path} as {user}: {response.status}"
-    page.wait_for_load_state("networkidle")
+    settle(page)
     shot(page, name)
 
     assert layout_problems(page) == [], path

@@ -29,6 +29,7 @@ from tests.browser.browser_kit import (
     login,
     shot,
 )
+from tests.browser.csp_watch import settle
 
 pytestmark = pytest.mark.browser
 
@@ -220,7 +221,7 @@ def test_a_refused_value_comes_back_in_its_form_with_a_sentence(
     field = page.get_by_label("New value for answer_language")
     field.fill("Deutsch (Schweiz)")
     page.locator("#pref-answer_language").get_by_role("button", name="Review change…").click()
-    page.wait_for_load_state("networkidle")
+    settle(page)
 
     field = page.get_by_label("New value for answer_language")
     assert field.input_value() == "Deutsch (Schweiz)"

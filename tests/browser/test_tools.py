@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.browser.browser_kit import PHONE, Console, layout_problems, login, shot
+from tests.browser.csp_watch import settle
 from tests.mcp.mcp_kit import stdio_server
 
 pytestmark = pytest.mark.browser
@@ -53,7 +54,7 @@ def test_operator_accepts_a_tool_and_sees_it_change(
     lookup.get_by_label("Side effect").select_option("read")
     lookup.get_by_label("Confirmation").select_option("never")
     lookup.get_by_role("button", name="Accept").click()
-    page.wait_for_load_state("networkidle")
+    settle(page)
     lookup = _row(section, "lookup")
     assert lookup.locator(".badge").inner_text() == "pinned"
     assert "accepted by operator" in lookup.inner_text()
