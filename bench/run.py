@@ -42,19 +42,7 @@ def main() -> int:
     django.setup()
     from django.conf import settings
 
-    # The database is new each time, so user ids repeat those of the last run, and the counts
-    # the cache keeps per user for a minute (the run-creation rate) would carry over: a prefix
-    # of this run's own. (Two runs within a minute made the approval benchmark's creates 429.)
-    settings.CACHES = {
-        name: {**config, "KEY_PREFIX": f"bench-{os.getpid()}-{time.time_ns()}"}
-        for name, config in settings.CACHES.items()
-    }
-    # Console pages are rendered in-process with no collectstatic step: static URLs as in
-    # development (DEBUG=0 otherwise wants the hashed names of a collected manifest).
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
+    _bench_settings(settings)
     from django.core.management import call_command
     from django.db import connection, connections
 
@@ -111,6 +99,23 @@ def main() -> int:
     _print(results)
     print(f"\nwritten: {out}")
     return 0
+
+
+def _bench_settings(settings: Any) -> None:
+    # Console pages are rendered in-process with no collectstatic step: static URLs as in
+    # development (DEBUG=0 otherwise wants the hashed names of a collected manifest).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    # The database is new each run, so user ids repeat those of the last one, and the counts
+    # the cache keeps per user for a minute (the run-creation rate) would carry over: a key
+    # prefix of this run's own. (Two runs within a minute made the approval benchmark's
+    # creates 429.)
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"bench-{os.getpid()}-{time.time_ns()}"}
+        for name, config in settings.CACHES.items()
+    }
 
 
 def selected(benches: list[Callable[..., Any]], names: str) -> list[Callable[..., Any]]:
