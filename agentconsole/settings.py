@@ -136,7 +136,8 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = env.postgres_pool()
     # Parameters sent apart from the statement (psycopg's server-side binding) instead of quoted
     # into its text in Python for every value of every statement: runs-in-flight bench, N = 200,
-    # interleaved: about 15 % less CPU in web, workers and PostgreSQL (docs/benchmarks.md).
+    # interleaved: about 15 % less CPU in web, workers and PostgreSQL; a run of only short
+    # values pays a few per cent more (persisted steps/s; both in docs/benchmarks.md).
     # Prepared statements stay off (Django's default), so a pooler in transaction mode still
     # works; DB_SERVER_SIDE_BINDING=0 goes back to client-side binding.
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = _env_bool(

@@ -19,6 +19,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.browser.browser_kit import TIMEOUT_MS
+
 REPORT_JS = """document.addEventListener("securitypolicyviolation", (e) => {
   window.__cspViolation([e.effectiveDirective, "blocked " + (e.blockedURI || "?"),
     "at " + e.sourceFile + ":" + e.lineNumber, e.sample].join(" | "));
@@ -77,6 +79,7 @@ def watch(page: Any, origin: str) -> Watch:
             seen.failed.append(f"{page.url}: {answer.status} {answer.url}")
 
     def request_failed(request: Any) -> None:
+        seen.count(-1)
         # Chromium fetches the page's icon after the page itself, and drops that request
         # (ERR_ABORTED) when the walk moves on first: a navigation, not a failure.
         # The icon's name carries its hash where static files are collected (DEBUG=0).
@@ -95,24 +98,24 @@ def watch(page: Any, origin: str) -> Watch:
     page.on("websocket", lambda socket: seen.sockets.append(socket))
     page.on("request", lambda _: seen.count(+1))
     page.on("requestfinished", lambda _: seen.count(-1))
-    page.on("requestfailed", lambda _: seen.count(-1))
     return seen
 
 
 QUIET_S = 0.15
 
 
-def settle(page: Any, *, quiet_s: float = QUIET_S, timeout_s: float = 15.0) -> None:
+def settle(page: Any) -> None:
     """Wait until ``page`` has loaded and none of its requests has been in flight for
-    ``quiet_s``: its scripts have run and what they fetched is back, so whatever they did wrong
-    is in its watch. What the tests asked of ``wait_for_load_state("networkidle")``, which waits
-    500 ms of silence every time. Websockets stay open and do not count (as for Playwright)."""
+    ``QUIET_S`` (at most the browser tests' ``TIMEOUT_MS``): its scripts have run and what they
+    fetched is back, so whatever they did wrong is in its watch. What the tests asked of
+    ``wait_for_load_state("networkidle")``, which waits 500 ms of silence every time.
+    Websockets stay open and do not count (as for Playwright)."""
     seen = _WATCHES.get(page)
     if seen is None:  # counting from now would miss what the page asked for already
         raise ValueError("settle needs a page watched from its start (conftest.new_page)")
     page.wait_for_load_state("load")
-    deadline = time.monotonic() + timeout_s
-    while seen.in_flight or time.monotonic() - seen.changed_at < quiet_s:
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while seen.in_flight or time.monotonic() - seen.changed_at < QUIET_S:
         if time.monotonic() > deadline:
             raise AssertionError(f"{page.url}: {seen.in_flight} requests still in flight")
         page.wait_for_timeout(25)  # lets Playwright deliver the page's events meanwhile
