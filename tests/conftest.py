@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
-from tests.support.session import parallel
+from tests.support.session import parallel, passwords
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -27,6 +28,13 @@ def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """The browser tests in one process, worker tests a module at a time (parallel.py)."""
     return parallel.make_scheduler(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hashes() -> Iterator[None]:
+    """Production's PBKDF2, one iteration (tests/support/session/passwords.py)."""
+    with override_settings(PASSWORD_HASHERS=passwords.HASHERS):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -27,12 +27,6 @@ from tests.api.api_kit import People, ensure_roles
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    """MD5 instead of PBKDF2: a dozen users per test would otherwise cost seconds."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def quiet_client_errors(caplog: pytest.LogCaptureFixture) -> None:
     """Django logs every 4xx as a warning (with the request); hundreds of refusals are what these
     tests are made of. Server errors (ERROR) are still logged."""

@@ -29,11 +29,6 @@ QUERIES = 13  # the page with its detail pane: see test_the_queue_reads_in_a_fix
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def no_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A decision enqueues the run after commit; here nothing reaches a broker."""
     calls: list[str] = []

@@ -33,11 +33,6 @@ QUEUE = "/confirmations/"
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def no_run_limits(settings: Any) -> None:
     """A hundred waiting runs of one subject, made in a second: limits off for the set-up."""
     settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = 0

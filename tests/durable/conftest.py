@@ -27,12 +27,6 @@ def run_output_root(settings: Any, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    """Reviewers and operators are real users; hashing their test passwords need not be slow."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture(autouse=True)
 def faults_enabled(settings: Any) -> None:
     """These tests inject faults in-process (a run's ``faults`` block); off by default."""
     settings.AGENTCONSOLE_FAULTS_ENABLED = True
