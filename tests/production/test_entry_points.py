@@ -16,6 +16,7 @@ cannot read is a refusal too; with DEBUG on, the demo logins work as before.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,17 +67,22 @@ class Site:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
 
-    def set_password(self, name: str, password: str) -> None:
+    def set_passwords(self, *changes: tuple[str, str]) -> None:
+        """Each (name, password) in turn, saved each time (as ``changepassword`` does), in one
+        process: a Django start-up costs seconds of CPU on a shared machine."""
         self.manage(
             "shell",
             "-c",
-            "from django.contrib.auth import get_user_model; "
-            f"u, _ = get_user_model().objects.get_or_create(username={name!r}); "
-            f"u.set_password({password!r}); u.save()",
+            "from django.contrib.auth import get_user_model\n"
+            f"for name, password in {list(changes)!r}:\n"
+            "    u, _ = get_user_model().objects.get_or_create(username=name)\n"
+            "    u.set_password(password)\n"
+            "    u.save()",
         )
 
 
-def make_site(folder: Path, *, migrate: bool = True) -> Site:
+def make_site(folder: Path, *, database: Path | None = None) -> Site:
+    """A site on a copy of ``database`` (a migrated SQLite file), or on an empty file."""
     inherited = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DEBUG", "PORT")
     env = {k: v for k, v in os.environ.items() if k not in inherited}
     env.update(
@@ -93,25 +99,32 @@ def make_site(folder: Path, *, migrate: bool = True) -> Site:
         SWEEP_INTERVAL_S="1",  # beat's first sweep comes within a second of its start
         WORKER_CONCURRENCY="1",
     )
-    site = Site(folder, env)
-    if migrate:
-        site.manage("migrate", "--noinput", "-v0")
-        site.set_password("dana", "a-password-of-her-own")  # an account that is no demo one
+    if database is not None:
+        shutil.copyfile(database, folder / "db.sqlite3")
+    return Site(folder, env)
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated database with an account that is no demo one, copied for each site (a
+    migration run is the slowest part of a site)."""
+    site = make_site(tmp_path_factory.mktemp("migrated"))
+    site.manage("migrate", "--noinput", "-v0")
+    site.set_passwords(("dana", "a-password-of-her-own"))
+    return site.folder / "db.sqlite3"
+
+
+@pytest.fixture(scope="module")
+def demo_site(tmp_path_factory: pytest.TempPathFactory, migrated: Path) -> Site:
+    site = make_site(tmp_path_factory.mktemp("demo-site"), database=migrated)
+    site.set_passwords(("admin", "admin"))
     return site
 
 
 @pytest.fixture(scope="module")
-def demo_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = make_site(tmp_path_factory.mktemp("demo-site"))
-    site.set_password("admin", "admin")
-    return site
-
-
-@pytest.fixture(scope="module")
-def changed_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    site = make_site(tmp_path_factory.mktemp("changed-site"))
-    site.set_password("admin", "admin")
-    site.set_password("admin", "no-longer-the-demo-one")  # as changepassword does
+def changed_site(tmp_path_factory: pytest.TempPathFactory, migrated: Path) -> Site:
+    site = make_site(tmp_path_factory.mktemp("changed-site"), database=migrated)
+    site.set_passwords(("admin", "admin"), ("admin", "no-longer-the-demo-one"))
     return site
 
 
@@ -206,7 +219,7 @@ def test_a_database_the_check_cannot_read_is_a_refusal(
     tmp_path: Path, start: Callable[[Site, str], Outcome]
 ) -> None:
     """Not migrated: a process started unchecked would serve the demo logins once it is."""
-    outcome = start(make_site(tmp_path, migrate=False), "web.sh (daphne)")
+    outcome = start(make_site(tmp_path), "web.sh (daphne)")
     assert not outcome.started
     assert outcome.returncode != 0
     assert REFUSED in outcome.log
