@@ -54,25 +54,40 @@ def inline_calls(settings: Any) -> None:
     settings.AGENTCONSOLE_MODEL_CALLS = "gateway"
 
 
+# The workers' deployment: the gateway defers calls, and its lease is short so a killed
+# gateway's call is taken over within seconds.
+ENV = {
+    "AGENTCONSOLE_MODEL_CALLS": "gateway",
+    "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": TOKEN}),
+    "AGENTCONSOLE_GATEWAY_LEASE_S": "2",
+    "AGENTCONSOLE_GATEWAY_POLL_S": "0.1",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[w.Cluster]:
+    """One worker process with one pool process for the module (a start and a stop cost
+    seconds each): whatever runs at once is not a worker's. Each test's runs are its own."""
+    with w.cluster(tmp_path_factory, name="mcpgw", concurrency=1, extra_env=ENV) as c:
+        yield c
+
+
 @pytest.fixture
 def stack(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, mcp_secrets: None
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    mcp_secrets: None,
+    cluster: w.Cluster,
 ) -> Iterator[Stack]:
-    env = {
-        "AGENTCONSOLE_MODEL_CALLS": "gateway",
-        "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": TOKEN}),
-        "AGENTCONSOLE_GATEWAY_LEASE_S": "2",
-        "AGENTCONSOLE_GATEWAY_POLL_S": "0.1",
-    }
+    """The test's own notes server and gateways (a test kills gateways) beside the module's
+    worker."""
     for notes in http_server(tmp_path):
-        # One worker process with one pool process: whatever runs at once is not a worker's.
-        with w.cluster(tmp_path_factory, name="mcpgw", concurrency=1, extra_env=env) as c:
-            logs = tmp_path_factory.mktemp("gateway-logs")
-            gateways = Gateways({**c.env, "AGENTCONSOLE_QUEUE": c.queue}, logs)
-            try:
-                yield Stack(notes, c, gateways)
-            finally:
-                gateways.stop()
+        logs = tmp_path_factory.mktemp("gateway-logs")
+        gateways = Gateways({**cluster.env, "AGENTCONSOLE_QUEUE": cluster.queue}, logs)
+        try:
+            yield Stack(notes, cluster, gateways)
+        finally:
+            gateways.stop()
 
 
 def _status(run_id: str) -> str:
