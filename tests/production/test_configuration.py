@@ -100,3 +100,16 @@ def test_memory_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("AGENTCONSOLE_MEMORY_KEYS", '{"key": "tone"}')
     with pytest.raises(RuntimeError, match="JSON list"):
         env.memory_keys()
+
+
+def test_web_admission_defaults_to_four_or_the_pool_and_takes_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("WEB_MAX_REQUESTS", "DB_POOL_MAX_SIZE", "WEB_QUEUE_TIMEOUT_S"):
+        monkeypatch.delenv(name, raising=False)
+    assert env.web_admission() == (4, 60.0)  # the pool's default is 10
+    monkeypatch.setenv("DB_POOL_MAX_SIZE", "3")
+    assert env.web_admission()[0] == 3  # a thread each needs a connection each
+    monkeypatch.setenv("WEB_MAX_REQUESTS", "12")
+    monkeypatch.setenv("WEB_QUEUE_TIMEOUT_S", "5")
+    assert env.web_admission() == (12, 5.0)
