@@ -9,8 +9,9 @@ Real HTTP against a threaded live server (Django's), on PostgreSQL (each request
 own connection; a listen backlog of 128, not Django's 10, so 80 connections at once are all
 accepted rather than reset), with the deployment's cache (Redis when REDIS_URL is set). What is
 counted is the real password check: every call of Django's ``ModelBackend.authenticate``,
-wrapped to count and to take as long as a real password hash (the API tests hash with MD5;
-PBKDF2 takes far longer than the 50 ms used here), so the requests overlap as in production.
+wrapped to count and to take as long as a real password hash (the tests hash with one PBKDF2
+iteration, tests/support/session/passwords.py; production's million take far longer than the
+50 ms used here), so the requests overlap as in production.
 """
 
 from __future__ import annotations
