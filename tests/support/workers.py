@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,6 +63,9 @@ def worker_database_url() -> str:
     pytest.fail(f"no worker database URL for {connection.vendor}")
 
 
+_TASK_ID = re.compile(r"runs\.advance_run\[([^\]]+)\]")
+
+
 @dataclass
 class Worker:
     process: subprocess.Popen[str]
@@ -82,6 +86,31 @@ class Worker:
     def task_lines(self, outcome: str) -> list[str]:
         """Log lines of ``runs.advance_run`` tasks: ``received``, ``succeeded`` or ``raised``."""
         return [line for line in self.lines if "runs.advance_run[" in line and outcome in line]
+
+    def busy(self) -> int:
+        """Tasks this worker received and has not finished (by its log)."""
+
+        def ids(*outcomes: str) -> set[str]:
+            found = (_TASK_ID.search(line) for o in outcomes for line in self.task_lines(o))
+            return {m.group(1) for m in found if m}
+
+        return len(ids("received") - ids("succeeded", "raised"))
+
+    def wait_idle(self, timeout_s: float = 60.0, quiet_s: float = 1.0) -> None:
+        """Until every task received has finished and none came for ``quiet_s`` (a slice's
+        hand-back or a cancel's message may still be on its way): a test's runs must not be
+        read by the worker while the database is flushed after it (a TRUNCATE meeting a
+        worker's read is a deadlock). Bounded by ``timeout_s``; not a speed claim."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            count = len(self.task_lines("received"))
+            if count != seen or self.busy():
+                seen, since = count, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.05)  # polling a real process's log
+        pytest.fail(f"the worker did not go idle within {timeout_s} s:\n{self.log()}")
 
 
 @dataclass

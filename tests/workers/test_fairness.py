@@ -129,4 +129,5 @@ def test_a_flood_from_one_subject_does_not_hold_another_subjects_run(
         for run_id in flood:
             services.run_cancel(run_id=run_id, by="test", enqueue=True)
         wait_for(celery_worker, flood, frozenset(s.value for s in TERMINAL))
+        celery_worker.wait_idle()  # the slices' hand-backs and the cancels' messages
     assert celery_worker.task_lines("raised") == []
