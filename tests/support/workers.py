@@ -101,16 +101,17 @@ class Worker:
         hand-back or a cancel's message may still be on its way): a test's runs must not be
         read by the worker while the database is flushed after it (a TRUNCATE meeting a
         worker's read is a deadlock). Bounded by ``timeout_s``; not a speed claim."""
-        deadline = time.monotonic() + timeout_s
-        seen, since = -1, time.monotonic()
-        while time.monotonic() < deadline:
-            count = len(self.task_lines("received"))
-            if count != seen or self.busy():
-                seen, since = count, time.monotonic()
-            elif time.monotonic() - since >= quiet_s:
-                return
-            time.sleep(0.05)  # polling a real process's log
-        pytest.fail(f"the worker did not go idle within {timeout_s} s:\n{self.log()}")
+        last = {"received": -1, "at": time.monotonic()}
+
+        def quiet() -> bool:
+            received = len(self.task_lines("received"))
+            if received != last["received"] or self.busy():
+                last.update(received=received, at=time.monotonic())
+                return False
+            return time.monotonic() - last["at"] >= quiet_s
+
+        wait_for(quiet, timeout_s=timeout_s, what="the worker idle", log=self.log,
+                 check=worker_alive(self), poll_s=0.05)  # fmt: skip
 
 
 @dataclass
