@@ -45,6 +45,7 @@ from runs.context import RunsContext
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.gateway import model_planning
 from runs.domain.planning import FixturePlanner, Planner, PlannerError
+from runs.domain.ports import StepQuota
 from runs.domain.runner import Runner
 from runs.engine.doorbell import ring_after_commit
 from runs.engine.executor import ThreadExecutor
@@ -275,10 +276,14 @@ def executor(clock: Clock = SYSTEM_CLOCK, tools: ToolRegistry | None = None) -> 
 
 
 def runner(
-    lease_owner: str | None = None, clock: Clock = SYSTEM_CLOCK, defer_calls: bool | None = None
+    lease_owner: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    defer_calls: bool | None = None,
+    quota: StepQuota | None = None,
 ) -> Runner:
     """The runner a worker advances runs with. ``defer_calls`` (default: the setting
-    ``AGENTCONSOLE_MODEL_CALLS`` is "gateway") splits a model planner's step at its call."""
+    ``AGENTCONSOLE_MODEL_CALLS`` is "gateway") splits a model planner's step at its call;
+    ``quota`` (default: the subjects' daily step quota) is what each step is paid from."""
     tools = registry()  # one registry (one catalog read) for the runner and its executor
     if defer_calls is None:
         defer_calls = settings.AGENTCONSOLE_MODEL_CALLS == "gateway"
@@ -290,7 +295,7 @@ def runner(
         planner_for=functools.partial(planner_for, clock=clock),
         clock=clock,
         context_extras=lambda state: preferences_for_planner(subject=state.subject),
-        quota=step_quota(),
+        quota=step_quota() if quota is None else quota,
         telemetry=telemetry.from_settings(),
         defer_calls=defer_calls,
     )
@@ -334,7 +339,7 @@ def context() -> RunsContext:
     """
     return RunsContext(
         store=lambda lease_owner=None: store(lease_owner),
-        runner=lambda lease_owner=None, clock=SYSTEM_CLOCK: runner(lease_owner, clock),
+        runner=lambda lease_owner=None, clock=SYSTEM_CLOCK, **kw: runner(lease_owner, clock, **kw),
         registry=lambda: registry(),
         executor=lambda clock=SYSTEM_CLOCK: executor(clock),
         enqueue=tasks.enqueue_advance,

@@ -37,8 +37,8 @@ class Enqueue(Protocol):
 class RunsContext:
     # store(lease_owner=None): the run store; with an owner, every write also checks the lease.
     store: Callable[..., OrmRunStore]
-    # runner(lease_owner=None, clock=system): the runner loop around the store, registry,
-    # executor and planner.
+    # runner(lease_owner=None, clock=system, quota=the daily step quota): the runner loop
+    # around the store, registry, executor and planner.
     runner: Callable[..., Runner]
     registry: Callable[[], ToolRegistry]
     # executor(clock=system): the tool executor (deadlines read from the clock).

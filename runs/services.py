@@ -16,22 +16,18 @@ from django.db import transaction
 from agentconsole.kernel.roles import actor_name, user_or_none
 from policy import services as policy_services
 from policy.approvers import approver_facts
-from policy.domain.canonical import proposal_hash
 from policy.domain.confirmation.approvers import approver_rule, may_approve, may_decline
-from policy.domain.confirmation.confirmations import Confirmation, ConfirmationStatus
 from policy.domain.errors import DomainError, NotFound
-from policy.domain.grants import CapabilityGrant
 from policy.domain.registry import ToolRegistry
-from policy.domain.secrets.redaction import redact_secrets, shown_proposal
+from policy.domain.secrets.redaction import redact_secrets
 from policy.domain.tool_policy import EMPTY, ToolPolicy, effective_policy, tool_facts
 from policy.services import PendingConfirmation
 from runs.context import RunsContext, resolve
 from runs.domain import lifecycle
 from runs.domain import trace as ev
-from runs.domain.budgets import RunBudgets
+from runs.domain.budgets import RunBudgets, StepsOwed
 from runs.domain.clock import SYSTEM_CLOCK, Clock
 from runs.domain.errors import LeaseLost, VersionConflict
-from runs.domain.ids import INPUT_ID_PATTERN, caller_confirmation_id, is_input_id
 from runs.domain.machine import Status
 from runs.domain.state import RunState
 from runs.domain.step.commits import Commit
@@ -39,14 +35,15 @@ from runs.engine.leases import lease_acquire, lease_hand_back, lease_release, ne
 from runs.fault_lab.fault_switch import require_faults_enabled
 from runs.models import Run
 from runs.privacy import erasure
-from runs.start.limits import RunLimits, check_budgets, check_create_rate, check_subject
+from runs.start.binding import bind_confirmations, bound_grants
+from runs.start.limits import (
+    RunLimits,
+    admit_subject,
+    check_budgets,
+    check_create_rate,
+)
 
 log = logging.getLogger(__name__)
-
-
-class ConfirmationIdInvalid(DomainError):
-    code = "CONFIRMATION_ID_INVALID"
-    http_status = 400
 
 
 def new_run_id() -> str:
@@ -107,12 +104,11 @@ def run_create(
         deadline_ms=now + budgets.deadline_ms,
         max_tokens=budgets.max_tokens,
     )
-    bound = _bound_grants(run_id, grants)
-    bound_confirmations, proposals = _bind_confirmations(run_id, confirmations)
+    bound = bound_grants(run_id, grants)
+    bound_confirmations, proposals = bind_confirmations(run_id, confirmations)
     store = context.store()
+    owed = StepsOwed()  # the first step's, paid last, under the subject's lock
     with transaction.atomic():
-        # First in the transaction: the lock on the subject's row is held until the run exists.
-        check_subject(subject=subject, limits=limits, now_ms=now)
         store.create(
             state,
             grants=bound,
@@ -127,13 +123,14 @@ def run_create(
         )
         state = store.apply(_created_commit(state, grants=len(bound), planner=planner))
         if enqueue and context.first_step_here(planner):
-            state = _first_step(state, context, clock)
+            state = _first_step(state, context, clock, owed)
+        admit_subject(subject=subject, limits=limits, now_ms=now, run_id=run_id, owed=owed)
         if enqueue and state.status is Status.CREATED:
             _enqueue_on_commit(run_id, queue)
     return state
 
 
-def _first_step(state: RunState, context: RunsContext, clock: Clock) -> RunState:
+def _first_step(state: RunState, context: RunsContext, clock: Clock, owed: StepsOwed) -> RunState:
     """The run's first step, in the transaction that creates it; the state it leaves.
 
     For a run whose planner waits on a model (``RunsContext.first_step_here``), that step
@@ -143,22 +140,16 @@ def _first_step(state: RunState, context: RunsContext, clock: Clock) -> RunState
     in the workers' queue before any model was asked (the runs-in-flight bench).
 
     No lease: nobody else can see the run before this transaction commits. A worker's runner
-    takes the step. In a savepoint: a step that fails here leaves the created run, and a
-    worker takes it (the caller sends the message for a run still ``created``).
+    takes the step; it is paid last (``owed``, ``admit_subject``). In a savepoint: a step that
+    fails here leaves the created run, and a worker takes it (the caller sends the message).
     """
     try:
         with transaction.atomic():
-            return context.runner(None, clock).advance(state.run_id)
+            return context.runner(None, clock, quota=owed).advance(state.run_id)
     except Exception:  # the worker's turn instead; the created run stays
+        owed.steps = 0  # undone with the savepoint: the worker pays its own
         log.exception("run %s: FIRST_STEP_DEFERRED: a worker takes its first step", state.run_id)
         return state
-
-
-def _bound_grants(run_id: str, grants: Sequence[dict[str, Any]]) -> list[CapabilityGrant]:
-    return [
-        CapabilityGrant(grant_id=f"{run_id}:g{i + 1}", run_id=run_id, **g)
-        for i, g in enumerate(grants)
-    ]
 
 
 def _effective_policy(context: RunsContext, profile: ToolPolicy) -> dict[str, Any]:
@@ -167,33 +158,6 @@ def _effective_policy(context: RunsContext, profile: ToolPolicy) -> dict[str, An
         return {}
     facts = tool_facts(context.registry())
     return effective_policy(deployment, profile, tools=facts).data()
-
-
-def _bind_confirmations(
-    run_id: str, confirmations: Sequence[dict[str, Any]]
-) -> tuple[list[Confirmation], dict[str, Any]]:
-    """Scenario confirmations, each bound to the hash of the proposal it names."""
-    bound: list[Confirmation] = []
-    proposals: dict[str, Any] = {}
-    for c in confirmations:
-        p = c["proposal"]
-        # Ids from a file are names within the run; the stored id is scoped by the run id and
-        # can never equal one the runtime mints (runs.domain.ids).
-        cid = _caller_confirmation_id(run_id, c["confirmation_id"])
-        bound.append(
-            Confirmation(
-                confirmation_id=cid,
-                run_id=run_id,
-                proposal_hash=proposal_hash(p["tool_name"], p["tool_version"], p["arguments"]),
-                status=ConfirmationStatus.APPROVED
-                if c["approved"]
-                else ConfirmationStatus.DECLINED,
-                expires_at_step=c["expires_at_step"],
-                tool_name=p["tool_name"],
-            )
-        )
-        proposals[cid] = shown_proposal(p)
-    return bound, proposals
 
 
 def _planner_stored(planner: dict[str, Any]) -> dict[str, Any]:
@@ -213,14 +177,6 @@ def _created_commit(state: RunState, *, grants: int, planner: dict[str, Any]) ->
     )
     created.state.version += 1
     return created
-
-
-def _caller_confirmation_id(run_id: str, name: Any) -> str:
-    # Checked here, not only by the scenario schema: a caller of the Python API could pass
-    # any string, and one holding the minted mark could name a confirmation the runtime asks for.
-    if not isinstance(name, str) or len(name) > 64 or not is_input_id(name):
-        raise ConfirmationIdInvalid(f"a confirmation id must match {INPUT_ID_PATTERN}")
-    return caller_confirmation_id(run_id, name)
 
 
 def _enqueue_on_commit(run_id: str, queue: str | None = None) -> None:

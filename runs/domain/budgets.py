@@ -32,3 +32,19 @@ class RunBudgets(BaseModel):
     # Relative to the run's start; the absolute deadline is fixed when the run is created.
     deadline_ms: Annotated[int, Field(ge=1, le=MAX_DEADLINE_MS)] = 300_000
     max_tokens: Tokens = DEFAULT_MAX_TOKENS
+
+
+class StepsOwed:
+    """A daily step quota (``runs.domain.ports.StepQuota``) that grants each step now and
+    counts it, for a transaction that takes a step before the lock its quota is counted under
+    (``runs.services.run_create``: a run's first step; ``admit_subject`` pays ``steps``)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def take(self, subject: str, now_ms: int) -> bool:
+        self.steps += 1
+        return True
+
+    def give_back(self, subject: str, now_ms: int) -> None:
+        self.steps -= 1

@@ -39,7 +39,7 @@ from django.db.models import Case, F, Q, Value, When
 
 from agentconsole.kernel.ratelimit import SlidingWindow, WindowFull, parse_rate
 from policy.domain.errors import DomainError
-from runs.domain.budgets import RunBudgets
+from runs.domain.budgets import RunBudgets, StepsOwed
 from runs.domain.machine import TERMINAL
 from runs.models import Run, SubjectUsage
 
@@ -160,42 +160,58 @@ def check_create_rate(*, owner: Any, limits: RunLimits) -> None:
         ) from None
 
 
-def check_subject(*, subject: str, limits: RunLimits, now_ms: int) -> None:
-    """Refuse a new run for ``subject`` over its active-runs limit or with today's quota spent.
+def admit_subject(
+    *, subject: str, limits: RunLimits, now_ms: int, run_id: str, owed: StepsOwed
+) -> None:
+    """Last in the transaction that creates ``run_id``: lock the subject's usage row, refuse
+    the run over the subject's limits counted under that lock, and pay the steps the
+    transaction took (``owed``: the run's first step, when the create takes it).
 
-    Call inside the transaction that creates the run: it locks the subject's usage row first,
-    so two creates for one subject count the active runs one after the other.
-
-    The race: two requests each count 9 active runs of 10 allowed, both insert, the subject has
-    11. With the lock the second create waits for the first to commit and counts its run.
-    (PostgreSQL: ``SELECT … FOR UPDATE`` on the row; SQLite: transactions take the write lock
-    at BEGIN, see settings, so writers are serialized anyway.)
+    The race: two requests each count 9 active runs of 10 allowed, both commit, the subject
+    has 11. With the lock the second waits for the first to commit; its count, a statement
+    after the wait, sees that run (READ COMMITTED). Taken last, the lock is held from here to
+    the commit, not through the create: one subject's burst of creates runs side by side up to
+    this point. (PostgreSQL: ``SELECT … FOR UPDATE`` on the row; SQLite: transactions take the
+    write lock at BEGIN, see settings, so writers are serialized anyway.) A refusal raises, and
+    the caller's transaction undoes the run and its step: a refused create writes nothing, but
+    does its work first (the creation rate, checked before, bounds how often).
     """
-    if not (limits.max_active_runs or limits.daily_steps):
-        return
-    SubjectUsage.objects.bulk_create(
-        [SubjectUsage(subject=subject, day=utc_day(now_ms), steps=0)], ignore_conflicts=True
+    if limits.max_active_runs or limits.daily_steps:
+        SubjectUsage.objects.bulk_create(
+            [SubjectUsage(subject=subject, day=utc_day(now_ms), steps=0)], ignore_conflicts=True
+        )
+        usage = SubjectUsage.objects.select_for_update().get(subject=subject)
+        spent = usage.day >= utc_day(now_ms) and usage.steps >= limits.daily_steps
+        if limits.daily_steps and spent:
+            raise _quota_spent(subject, limits.daily_steps, now_ms)
+        if limits.max_active_runs:
+            _refuse_active(subject, limits.max_active_runs, other_than=run_id)
+    quota = step_quota()  # the runners' (when ``limits`` came without it: their quota holds)
+    if not all(quota.take(subject, now_ms) for _ in range(owed.steps)):
+        raise _quota_spent(subject, quota.daily_steps, now_ms)
+
+
+def _refuse_active(subject: str, limit: int, *, other_than: str) -> None:
+    active = (
+        Run.objects.filter(subject=subject)
+        .exclude(status__in=[s.value for s in TERMINAL])
+        .exclude(pk=other_than)
+        .count()
     )
-    usage = SubjectUsage.objects.select_for_update().get(subject=subject)
-    if limits.daily_steps and usage.day >= utc_day(now_ms) and usage.steps >= limits.daily_steps:
-        raise DailyStepQuotaExhausted(
-            f"subject {subject!r} spent today's {limits.daily_steps} steps",
-            retry_after_s=seconds_to_next_day(now_ms),
-            quota=limits.daily_steps,
+    if active >= limit:
+        raise ActiveRunsLimit(
+            f"subject {subject!r} has {active} active runs; the limit is {limit}",
+            active=active,
+            limit=limit,
         )
-    if limits.max_active_runs:
-        active = (
-            Run.objects.filter(subject=subject)
-            .exclude(status__in=[s.value for s in TERMINAL])
-            .count()
-        )
-        if active >= limits.max_active_runs:
-            raise ActiveRunsLimit(
-                f"subject {subject!r} has {active} active runs; the limit is "
-                f"{limits.max_active_runs}",
-                active=active,
-                limit=limits.max_active_runs,
-            )
+
+
+def _quota_spent(subject: str, quota: int, now_ms: int) -> DailyStepQuotaExhausted:
+    return DailyStepQuotaExhausted(
+        f"subject {subject!r} spent today's {quota} steps",
+        retry_after_s=seconds_to_next_day(now_ms),
+        quota=quota,
+    )
 
 
 class OrmStepQuota:

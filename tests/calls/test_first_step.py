@@ -10,11 +10,14 @@ and slow model.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 
 from bench.support.slow_model import SlowModel
+from policy.domain.errors import DomainError
 from runs import models as m
 from runs import services
 from runs.domain import trace as ev
@@ -22,6 +25,8 @@ from runs.domain.budgets import RunBudgets
 from runs.domain.gateway.calls import CallStatus
 from runs.planners.openai_planner import OpenAIPlanner
 from tests.calls import calls_kit as kit
+from tests.support.races import THREADS, race
+from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,3 +114,100 @@ def test_a_first_step_that_fails_here_leaves_the_created_run_to_a_worker(
     monkeypatch.setattr(OpenAIPlanner, "request", real)  # a worker's turn takes it as before
     services.run_advance(run_id=run_id)
     assert kit.calls(run_id)[0].status == CallStatus.QUEUED
+
+
+MODEL_PLANNER = {"kind": "openai", "endpoint": kit.ENDPOINT}
+
+
+def _locks_of_a_waiting_create() -> set[str]:
+    """The tables a backend of this database that waits on a lock holds locks on."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT l.relation::regclass::text FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'"
+            " AND l.granted AND l.relation IS NOT NULL"
+        )
+        return {table for (table,) in cursor.fetchall()}
+
+
+@pytest.mark.postgres
+def test_a_create_waits_for_its_subjects_lock_only_at_its_end(
+    postgres_only: None, endpoint: dict[str, Any], model: SlowModel, sent: list[str]
+) -> None:
+    """The subject's usage row is locked last in the creating transaction
+    (``runs.start.limits.admit_subject``), so one subject's burst of creates runs side by side
+    up to the count of its active runs: while another transaction holds the row, a create has
+    already started its run and recorded its first model request, and waits there."""
+    first = create(MODEL_PLANNER)  # the subject's usage row exists
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                m.SubjectUsage.objects.select_for_update().get(subject="alice")
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    created: list[Any] = []
+
+    def create_one() -> None:
+        try:
+            created.append(create(MODEL_PLANNER))
+        except Exception as exc:  # reported below
+            created.append(exc)
+        finally:
+            connection.close()
+
+    holder, creator = threading.Thread(target=hold), threading.Thread(target=create_one)
+    holder.start()
+    assert held.wait(10)
+    creator.start()
+    try:
+        locks = wait_for(
+            _locks_of_a_waiting_create,
+            timeout_s=10,
+            what="a create waiting on the subject's lock",
+        )
+    finally:
+        release.set()
+        holder.join(10)
+        creator.join(30)
+    assert {"runs_run", "runs_modelcall", "runs_traceevent"} <= locks, locks
+    (second,) = created
+    assert isinstance(second, str), second
+    assert [c.status for c in kit.calls(first) + kit.calls(second)] == [CallStatus.QUEUED] * 2
+    assert m.SubjectUsage.objects.get(subject="alice").steps == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("active", "daily", "code"),
+    [(3, 100, "ACTIVE_RUNS_LIMIT"), (10, 3, "DAILY_STEP_QUOTA_EXHAUSTED")],
+)
+def test_simultaneous_creates_taking_their_first_steps_meet_the_subjects_limits(
+    postgres_only: None,
+    endpoint: dict[str, Any],
+    model: SlowModel,
+    sent: list[str],
+    settings: Any,
+    active: int,
+    daily: int,
+    code: str,
+) -> None:
+    """Counted under the lock at the end, after each create took its first step: three of
+    twenty make a run, each paid once; a refused one leaves no run, call, event or step."""
+    settings.AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT = active
+    settings.AGENTCONSOLE_DAILY_STEPS_PER_SUBJECT = daily
+    results = race(lambda i: create(MODEL_PLANNER))
+
+    created = [r for r in results if isinstance(r, str)]
+    assert len(created) == 3, results
+    assert {e.code for e in results if isinstance(e, DomainError)} == {code}, results
+    assert len(results) == THREADS
+    assert set(m.Run.objects.values_list("id", flat=True)) == set(created)
+    assert set(m.TraceEvent.objects.values_list("run_id", flat=True)) == set(created)
+    assert sorted(c.run_id for c in m.ModelCall.objects.all()) == sorted(created)
+    assert m.SubjectUsage.objects.get(subject="alice").steps == 3
