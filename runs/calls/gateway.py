@@ -163,11 +163,17 @@ class Gateway:
 
     def _claim_all(self) -> list[records.Claimed]:
         now = as_datetime(self.clock.now_ms())
-        stray = records.fail_unknown_endpoints(known=self.endpoints, now=now)
-        for run_id in stray:
-            self.send_advance(run_id)
-        lanes = [(records.MODEL, n, e.max_in_flight) for n, e in self.endpoints.items()]
-        if self.tools is not None and (servers := records.due_lanes(kind=records.TOOL, now=now)):
+        due = records.due_lanes(now=now)  # one read: most rounds (a ring, a poll) find nothing
+        if any(kind == records.MODEL and lane not in self.endpoints for kind, lane in due):
+            for run_id in records.fail_unknown_endpoints(known=self.endpoints, now=now):
+                self.send_advance(run_id)
+        lanes = [
+            (records.MODEL, n, e.max_in_flight)
+            for n, e in self.endpoints.items()
+            if (records.MODEL, n) in due
+        ]
+        servers = sorted(lane for kind, lane in due if kind == records.TOOL)
+        if self.tools is not None and servers:
             self._tool_set = tool_set = self.tools()
             lanes += [(records.TOOL, s, tool_set.max_in_flight) for s in servers]  # MCP servers
         out: list[records.Claimed] = []

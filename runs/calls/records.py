@@ -68,16 +68,21 @@ class Result:
     latency_ms: int | None = None
 
 
-def _due(kind: str, now: datetime) -> Any:
+def _due_any(now: datetime) -> Any:
     # Queued and due, or being sent by a gateway whose lease lapsed (it died or hangs).
-    return ModelCall.objects.filter(kind=kind).filter(
+    return ModelCall.objects.filter(
         Q(status=QUEUED, not_before__lte=now) | Q(status=SENDING, lease_expires_at__lt=now)
     )
 
 
-def due_lanes(*, kind: str, now: datetime) -> list[str]:
-    """The lanes (``endpoint``) with calls of ``kind`` due: the MCP servers to claim for."""
-    return list(_due(kind, now).values_list("endpoint", flat=True).distinct()[:1000])
+def _due(kind: str, now: datetime) -> Any:
+    return _due_any(now).filter(kind=kind)
+
+
+def due_lanes(*, now: datetime) -> set[tuple[str, str]]:
+    """The lanes with calls due, as (kind, lane): the model endpoints and MCP servers a claim
+    round claims for, in one read (a round with nothing due ends with it)."""
+    return set(_due_any(now).values_list("kind", "endpoint").distinct()[:1000])
 
 
 def in_flight(endpoint: str, now: datetime, kind: str = MODEL) -> int:

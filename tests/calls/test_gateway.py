@@ -10,6 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bench.support.slow_model import SlowModel
@@ -200,3 +202,30 @@ def test_answers_the_database_refused_once_are_recorded_when_it_is_back(
     assert failures == []  # the first recording failed
     assert kit.calls(run_id)[0].status == CallStatus.ANSWERED
     assert model.total == 1  # recorded from memory, not asked again
+
+
+def test_a_claim_round_with_nothing_due_is_one_read(endpoint: dict[str, Any]) -> None:
+    """Most rounds find nothing (each commit that records a call rings, a poll times out): one
+    read of the lanes with calls due, not a claim's transaction per configured endpoint."""
+    gateway = kit.gateway()
+    with CaptureQueriesContext(connection) as reads:
+        assert gateway._claim_all() == []
+    assert len(reads) == 1, [q["sql"] for q in reads]
+
+    run_id = _requested("a question")
+    (claimed,) = gateway._claim_all()
+    assert (claimed.run_id, claimed.attempt) == (run_id, 1)
+
+
+def test_a_call_for_an_endpoint_no_longer_configured_fails_and_its_run_moves_on(
+    endpoint: dict[str, Any], settings: Any
+) -> None:
+    run_id = _requested("a question")
+    settings.AGENTCONSOLE_MODEL_ENDPOINTS = {"other": endpoint}  # "slow" was removed
+    sent: list[str] = []
+
+    assert kit.gateway(sent=sent)._claim_all() == []
+
+    assert sent == [run_id]  # a worker stops the run with the call's code
+    (call,) = kit.calls(run_id)
+    assert (call.status, call.failure["code"]) == (CallStatus.FAILED, "PLANNER_ENDPOINT_UNKNOWN")
