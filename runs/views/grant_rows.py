@@ -45,6 +45,15 @@ class ConstraintRow:
     value: str = ""
 
 
+class FieldErrors(dict[str, tuple[str, str]]):
+    """Field name -> (code, message). A field without one reads as ``()``: the page asks every
+    field of every row, and a key the template does not find costs Django a failed lookup (an
+    exception, then ``dir()`` of the dict) each time."""
+
+    def __missing__(self, key: str) -> tuple[()]:
+        return ()
+
+
 @dataclass
 class GrantRow:
     capability: str = ""
@@ -53,7 +62,7 @@ class GrantRow:
     max_calls: str = ""
     constraints: list[ConstraintRow] = field(default_factory=list)
     # field name -> (code, message): shown beside that field.
-    errors: dict[str, tuple[str, str]] = field(default_factory=dict)
+    errors: FieldErrors = field(default_factory=FieldErrors)
 
     def empty(self) -> bool:
         return not any(getattr(self, f).strip() for f in GRANT_FIELDS) and not self.constraints

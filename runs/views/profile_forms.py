@@ -23,6 +23,7 @@ from runs.domain.budgets import (
 from runs.domain.gateway.model_planning import MAX_MODEL_NAME, PLANNER_KIND
 from runs.domain.profiles import AUDIENCES, NAME_PATTERN, PLANNER_KINDS
 from runs.views.grant_rows import (
+    ConstraintRow,
     GrantRow,
     RowInvalid,
     blank_rows,
@@ -170,6 +171,16 @@ class ProfileForm(forms.Form):
     def grant_rows(self) -> list[GrantRow]:
         """The rows to show: the grants, each with a blank constraint line, and a blank row."""
         return blank_rows(self.rows)
+
+    @property
+    def template_row(self) -> GrantRow:
+        """What the page's script copies to add a row (a ``<template>``): blank."""
+        return GrantRow()
+
+    @property
+    def template_constraint(self) -> ConstraintRow:
+        """What the page's script copies to add a constraint line: blank, no kind chosen."""
+        return ConstraintRow(kind="")
 
     def place_refusal(self, exc: DomainError) -> None:
         """Show the domain's refusal beside the field it names (its code with it): a grant
