@@ -36,12 +36,7 @@ from runs.fault_lab.fault_switch import require_faults_enabled
 from runs.models import Run
 from runs.privacy import erasure
 from runs.start.binding import bind_confirmations, bound_grants
-from runs.start.limits import (
-    RunLimits,
-    admit_subject,
-    check_budgets,
-    check_create_rate,
-)
+from runs.start.limits import RunLimits, admit_subject, check_budgets, check_create_rate
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ def bind_confirmations(
         p = c["proposal"]
         # Ids from a file are names within the run; the stored id is scoped by the run id and
         # can never equal one the runtime mints (runs.domain.ids).
-        cid = caller_id(run_id, c["confirmation_id"])
+        cid = _caller_id(run_id, c["confirmation_id"])
         bound.append(
             Confirmation(
                 confirmation_id=cid,
@@ -53,7 +53,7 @@ def bind_confirmations(
     return bound, proposals
 
 
-def caller_id(run_id: str, name: Any) -> str:
+def _caller_id(run_id: str, name: Any) -> str:
     # Checked here, not only by the scenario schema: a caller of the Python API could pass
     # any string, and one holding the minted mark could name a confirmation the runtime asks for.
     if not isinstance(name, str) or len(name) > 64 or not is_input_id(name):
