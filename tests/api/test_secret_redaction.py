@@ -189,7 +189,7 @@ def test_the_admin_shows_no_field_the_trace_redacts(people: kit.People) -> None:
     client.force_login(people.root.user)
     pages = [
         f"/admin/runs/ledgerentry/{row.pk}/change/",
-        f"/admin/policy/confirmation/{Confirmation.objects.get(run_id=run_id).pk}/change/",
+        f"/admin/policy/confirmation/{quote(Confirmation.objects.get(run_id=run_id).pk)}/change/",
         f"/admin/runs/run/{quote(run_id)}/change/",
     ]
     for page in pages:
