@@ -6,9 +6,10 @@ talk to it only as its users do: through the browser, the HTTP API (``console.ap
 management commands (``console.manage``); this process never touches that database through the
 ORM, so the tests need no pytest-django database.
 
-Chromium: ``AGENTCONSOLE_CHROMIUM``, else ``chromium`` on the PATH (Debian's package, which
-``.ci/run`` installs). Playwright drives it; it never downloads a browser. Where either is
-missing every browser test skips, saying which.
+Chromium: ``AGENTCONSOLE_CHROMIUM``, else ``chromium-headless-shell`` or ``chromium`` on the
+PATH (Debian's packages, which ``.ci/run`` installs; ``browser_kit.chromium_path``).
+Playwright drives it; it never downloads a browser. Where either is missing every browser test
+skips, saying which.
 
 Screenshots go to ``var/screenshots/`` (test artifacts). With ``AGENTCONSOLE_SCREENSHOTS=docs``
 they are also written to ``docs/screenshots/`` — the README's pictures (committed on purpose, so
