@@ -1,5 +1,6 @@
 """Parallel test processes (tests/support/session/parallel.py): each gets a Redis database of its
-own, the browser tests and the tests sharing a module's fixture are handed out together."""
+own, the browser tests a subfolder at a time and the tests sharing a module's fixture are handed
+out together."""
 
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ def test_this_process_reads_the_url_it_was_given() -> None:
 
 def test_units() -> None:
     unit = parallel.unit_of
-    assert unit("tests/browser/queue/test_queue.py::test_decline[390x844]") == "tests/browser"
-    assert unit("tests/browser/test_first_hour.py::test_x") == "tests/browser"
+    assert unit("tests/browser/queue/test_queue.py::test_decline[390x844]") == "tests/browser/queue"
+    assert unit("tests/browser/queue/test_four_eyes.py::test_x") == "tests/browser/queue"
+    assert unit("tests/browser/pages/test_csp.py::test_x[admin]") == "tests/browser/pages"
+    assert unit("tests/browser/test_x.py::test_x") == "tests/browser"
     assert unit("tests/workers/test_worker_runs.py::test_x") == "tests/workers/test_worker_runs.py"
     assert (
         unit("tests/api/access/test_auth.py::test_x[a::b]")

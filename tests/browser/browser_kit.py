@@ -211,7 +211,8 @@ def shot(page: Any, name: str, full_page: bool = False) -> Path:
     return path
 
 
-# Page checks (tests/browser/test_layout.py and the pages' own tests): each returns what is wrong.
+# Page checks (tests/browser/pages/test_layout.py and the pages' own tests): each returns what is
+# wrong.
 OVERFLOW_JS = """() => {
   const width = document.documentElement.clientWidth;
   const wide = [];

@@ -1,6 +1,6 @@
 """issue 21 item 10: every answer carries the console's Content-Security-Policy, and the console's
 pages need nothing it forbids (no inline script, style or event handler). The same pages in a
-real browser, with zero violations: tests/browser/test_csp.py.
+real browser, with zero violations: tests/browser/pages/test_csp.py.
 
 Personas (tests/support/personas.py): ``anonymous``, ``root`` (every route), ``alice`` (her run,
 her preferences), ``operator`` (the queue, memory, profiles, tools), ``reviewer`` (handoffs).

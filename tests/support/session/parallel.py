@@ -14,11 +14,13 @@
 - **Ports**: every server a test starts binds port 0 (a free port), so nothing to do.
 - **Fixtures set up once for several tests**: the browser tests share one console and one
   Chromium per process (package fixtures), the worker tests a Celery worker per module. So the
-  scheduler (``Scheduling``, taken by xdist's default ``load`` distribution) hands the browser
-  tests to one process as one unit, and the modules of ``BY_MODULE`` a module at a time; every
-  other test goes alone, to whichever process is free. Largest units first, so a long module
-  does not start last. (xdist's own ``--dist loadgroup`` stopped grouping with pytest 9:
-  pytest-dev/pytest-xdist#1386.)
+  scheduler (``Scheduling``, taken by xdist's default ``load`` distribution) hands each subfolder
+  of the browser tests (pages/, journeys/, queue/) to a process as one unit, and the modules of
+  ``BY_MODULE`` a module at a time; every other test goes alone, to whichever process is free.
+  Largest units first, so a long module does not start last. The browser tests are three units,
+  not one: as one they kept a process busy for ~290 s, longer than the rest of the suite took on
+  the other; each process that takes a unit starts its own stack and Chromium (~10 s).
+  (xdist's own ``--dist loadgroup`` stopped grouping with pytest 9: pytest-dev/pytest-xdist#1386.)
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis's default `databases`; CI and the dev setup keep it
 
-# tests/<folder>/: all its tests in one unit (fixtures of the folder's own for all of them).
+# tests/<folder>/<subfolder>/: all its tests in one unit (fixtures of the folder's own for all of
+# them); the folder's own modules, if any, one more.
 ONE_UNIT = ("browser",)
 # tests/<folder>/: a module at a time (module-scoped workers and stacks; the soak, so it is
 # handed out early rather than last).
@@ -73,7 +76,7 @@ def unit_of(nodeid: str) -> str:
     parts = path.split("/")
     if len(parts) > 2 and parts[0] == "tests":
         if parts[1] in ONE_UNIT:
-            return "/".join(parts[:2])
+            return "/".join(parts[:3] if len(parts) > 3 else parts[:2])
         if parts[1] in BY_MODULE:
             return path
     return nodeid
