@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
-from tests.support.session import parallel, passwords
+from tests.support.session import flush, parallel, passwords
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -35,6 +35,13 @@ def quick_password_hashes() -> Iterator[None]:
     """Production's PBKDF2, one iteration (tests/support/session/passwords.py)."""
     with override_settings(PASSWORD_HASHERS=passwords.HASHERS):
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def deletes_after_transactional_tests() -> None:
+    """On PostgreSQL a transactional test's rows are deleted, not truncated, and the content
+    types and permissions kept (tests/support/session/flush.py)."""
+    flush.install()
 
 
 @pytest.fixture(autouse=True)
