@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.browser.django_shell import DjangoShell
 from tests.support.workers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +103,18 @@ class Console:
     env: dict[str, str]
     tokens: dict[str, str] = field(default_factory=dict)
     scratch: Path | None = None  # the live console's own temporary folder
+    django: DjangoShell | None = field(default=None, repr=False)
+
+    def shell(self, code: str) -> str:
+        """``manage.py shell -c code``, in one Django process kept for the console (its first
+        call starts it; tests/browser/django_shell.py); what the code printed."""
+        if self.django is None:
+            self.django = DjangoShell(ROOT, self.env)
+        return self.django.run(code)
+
+    def close(self) -> None:
+        if self.django is not None:
+            self.django.close()
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(
@@ -121,7 +134,7 @@ class Console:
             f"u.set_password({name!r}); u.save(); "
             f"u.groups.add(Group.objects.get_or_create(name={role!r})[0])"
         )
-        self.manage("shell", "-c", code)
+        self.shell(code)
         return name
 
     def api(self, username: str, password: str | None = None) -> Api:

@@ -84,6 +84,7 @@ def console() -> Iterator[Console]:
     stack = contextlib.ExitStack()
     try:
         console = Console(url="", env=env, scratch=scratch)
+        stack.callback(console.close)
         console.manage("migrate", "--noinput", "-v0")
         console.manage("load_demo")
         _start_workers(stack, env, queue, [f"browser-{queue}"])

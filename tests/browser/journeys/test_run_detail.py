@@ -196,7 +196,7 @@ SCRIPT_DOCUMENT = (
 def test_untrusted_script_in_an_observation_renders_as_text(
     new_page: Callable[..., Any], console: Console
 ) -> None:
-    console.manage("shell", "-c", SCRIPT_DOCUMENT)
+    console.shell(SCRIPT_DOCUMENT)
     planner = {
         "kind": "fixture",
         "outputs": [

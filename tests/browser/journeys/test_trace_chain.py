@@ -92,7 +92,7 @@ def test_the_run_page_says_whether_its_trace_verifies(
 
     events = console.api("alice").get(f"/api/runs/{run_id}/events/")["results"]
     started = next(e["sequence"] for e in events if e["event"] == "tool.started")
-    console.manage("shell", "-c", TAMPER.format(run_id=run_id, sequence=started))
+    console.shell(TAMPER.format(run_id=run_id, sequence=started))
 
     page.reload()
     chain = page.locator("[data-trace-chain]")

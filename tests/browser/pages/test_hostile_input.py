@@ -47,13 +47,13 @@ def test_the_tools_page_shows_a_hostile_servers_tools_escaped(
     shown = console.manage("mcp", "register", str(spec))
     assert "refused a/b</x>: MCP_TOOL_NAME_UNSUPPORTED" in shown
     # A row as a deployment before the name check left it.
-    console.manage("shell", "-c", (
+    console.shell(
         "from policy.models import McpServer, McpTool; "
         "s = McpServer.objects.get(name='hostilebrowser'); "
         "McpTool.objects.create(server=s, name='a/b</x>', listed_pin='0' * 64, "
         "listing={'name': 'a/b</x>', 'description': '<script>alert(1)</script>', "
         "'inputSchema': {'type': 'object'}})"
-    ))  # fmt: skip
+    )  # fmt: skip
     page = new_page()
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -58,7 +58,7 @@ def make_waiting(
     (one proposal hash for all), else each its own value. Their run ids, oldest first."""
     value = f"en-b{uuid.uuid4().hex[:4]}"
     code = MAKE.format(n=n, value=value, same=same, subject=subject, goal=goal)
-    out = console.manage("shell", "-c", code).splitlines()
+    out = console.shell(code).splitlines()
     runs = [line.split()[1] for line in out if line.startswith("WAITING ")]
     made.extend(runs)
     return runs
@@ -80,7 +80,7 @@ def made(console: Console) -> Iterator[list[str]]:
     runs: list[str] = []
     yield runs
     if runs:
-        console.manage("shell", "-c", CANCEL.format(runs=runs))
+        console.shell(CANCEL.format(runs=runs))
 
 
 def decide_elsewhere(console: Console, run_id: str, action: str = "approve") -> None:
