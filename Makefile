@@ -34,12 +34,14 @@ run: venv migrate
 	$(MANAGE) load_demo --auto
 	exec scripts/run.sh
 
-# Parallel test processes (pytest-xdist): one per core, at most 4 (each makes its own test
-# database and Redis database: tests/support/session/parallel.py). TEST_PROCESSES=1: in this
-# one process, serially. The tests that share a module's worker or the browser stack stay in one process
-# (the scheduler in tests/conftest.py).
+# Parallel test processes (pytest-xdist): one per core and one more, at most 4 (each makes its
+# own test database and Redis database: tests/support/session/parallel.py). The one more because
+# many tests wait on processes they started (workers, browsers, servers): with one per core a
+# 2-core machine stood idle a quarter of the time. TEST_PROCESSES=1: in this one process,
+# serially. The tests that share a module's worker or a browser folder's stack stay in one
+# process (the scheduler in tests/conftest.py).
 TEST_PROCESSES ?= $(shell n=$$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null \
-	|| echo 1); echo $$((n > 4 ? 4 : n)))
+	|| echo 1); echo $$((n + 1 > 4 ? 4 : n + 1)))
 PARALLEL := $(if $(filter 0 1,$(TEST_PROCESSES)),-n 0,-n $(TEST_PROCESSES))
 
 test: dev
