@@ -36,6 +36,9 @@ def test_operator_approves_and_watches_the_run_complete_live(
 
     # The watching tab: the worker's events arrive over the socket; the page is never reloaded.
     watch.wait_for_selector("[data-run-status]:has-text('completed')", timeout=60_000)
+    # The status is the server's word, re-read once events arrive; the socket may still be
+    # delivering the run's last events then (CI once read the timeline up to #30 of 32).
+    watch.wait_for_selector("[data-trace] [data-event='run.stopped']")
     assert watch.evaluate("() => window.__notReloaded === true")
     timeline = watch.locator("[data-trace]").inner_text()
     assert "confirmation.decided" in timeline
