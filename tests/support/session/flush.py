@@ -8,9 +8,10 @@ every table's and index's files) and ~80 ms of ``create_permissions`` in the tes
 ``empty_database`` deletes the rows of every table but those two instead, in one transaction
 (Django's foreign keys are deferred, so any order), and keeps the content types and permissions
 that ``post_migrate`` would have written back. The end state is Django's: every other table is
-empty, sequences go on. Where a test changed the content types or permissions, or asked for
-something this does not do (``available_apps``, ``serialized_rollback``, ``reset_sequences``), or
-on another database, Django's own flush runs. Installed for the whole suite by
+empty, sequences go on. Django's own flush runs after a process's first transactional test (the
+two tables' row counts after it are the reference), where a test changed those counts since, where
+a test asked for something this does not do (``available_apps``, ``serialized_rollback``,
+``reset_sequences``), and on another database. Installed for the whole suite by
 ``tests/conftest.py``.
 """
 
@@ -33,20 +34,25 @@ def _counts(cursor: Any) -> tuple[int, ...]:
     return tuple(row[0] for row in cursor.fetchall())
 
 
+def remember_kept(alias: str) -> None:
+    """The two tables' row counts as Django's flush and ``post_migrate`` just left them."""
+    with connections[alias].cursor() as cursor:
+        _kept_counts[alias] = _counts(cursor)
+
+
 def empty_database(alias: str) -> bool:
     """Delete every row but the content types and permissions; False (nothing done) where
-    Django's flush must run instead (another vendor, or those two tables changed since the
-    first call of the session)."""
+    Django's flush must run instead (another vendor, no reference counts yet, or those two
+    tables' counts changed since)."""
     connection = connections[alias]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or alias not in _kept_counts:
         return False
     tables = [
         t for t in connection.introspection.django_table_names(only_existing=True) if t not in KEPT
     ]
     quote = connection.ops.quote_name
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        counts = _counts(cursor)
-        if _kept_counts.setdefault(alias, counts) != counts:
+        if _counts(cursor) != _kept_counts[alias]:
             return False
         deletes = "; ".join(f"DELETE FROM {quote(t)}" for t in sorted(tables))  # noqa: S608
         cursor.execute(deletes)  # the model tables' own names (the introspection's), quoted
@@ -59,9 +65,13 @@ def _fixture_teardown(self: TransactionTestCase) -> None:
         and not self.serialized_rollback
         and not getattr(self, "reset_sequences", False)
     )
-    for alias in self._databases_names(include_mirrors=False):
+    aliases = self._databases_names(include_mirrors=False)
+    for alias in aliases:
         if not (plain and empty_database(alias)):
             _django_teardown(self)
+            for flushed in aliases:
+                if connections[flushed].vendor == "postgresql":
+                    remember_kept(flushed)
             return
 
 
