@@ -53,7 +53,7 @@ def test_a_changed_content_type_table_gets_djangos_flush() -> None:
 
 def test_without_reference_counts_djangos_flush_runs_first(monkeypatch: pytest.MonkeyPatch) -> None:
     require_postgres()
-    monkeypatch.setattr(flush, "_kept_counts", {})
+    monkeypatch.setattr(flush, "_references", {})
     assert not flush.empty_database(connection.alias)
 
 

@@ -8,15 +8,16 @@ every table's and index's files) and ~80 ms of ``create_permissions`` in the tes
 ``empty_database`` deletes the rows of every table but those two instead, in one transaction
 (Django's foreign keys are deferred, so any order), and keeps the content types and permissions
 that ``post_migrate`` would have written back. The end state is Django's: every other table is
-empty, sequences go on. Django's own flush runs after a process's first transactional test (the
-two tables' row counts after it are the reference), where a test changed those counts since, where
-a test asked for something this does not do (``available_apps``, ``serialized_rollback``,
-``reset_sequences``), and on another database. Installed for the whole suite by
-``tests/conftest.py``.
+empty, sequences go on. Django's own flush runs after a process's first transactional test
+(the two tables' row counts and the list of tables after it are the reference, ``Reference``),
+where a test changed those counts since, where a test asked for something this does not do
+(``available_apps``, ``serialized_rollback``, ``reset_sequences``), and on another database.
+Installed for the whole suite by ``tests/conftest.py``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
@@ -26,7 +27,18 @@ from django.test import TransactionTestCase
 KEPT = ("django_content_type", "auth_permission")
 
 _django_teardown = TransactionTestCase._fixture_teardown
-_kept_counts: dict[str, tuple[int, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Per database, taken after Django's own flush: the two tables' row counts, and the
+    statement that empties every other table (the model tables' own names, quoted)."""
+
+    counts: tuple[int, ...]
+    deletes: str
+
+
+_references: dict[str, Reference] = {}
 
 
 def _counts(cursor: Any) -> tuple[int, ...]:
@@ -35,27 +47,30 @@ def _counts(cursor: Any) -> tuple[int, ...]:
 
 
 def remember_kept(alias: str) -> None:
-    """The two tables' row counts as Django's flush and ``post_migrate`` just left them."""
-    with connections[alias].cursor() as cursor:
-        _kept_counts[alias] = _counts(cursor)
+    """The reference, as Django's flush and ``post_migrate`` just left the database."""
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    tables = sorted(
+        set(connection.introspection.django_table_names(only_existing=True)) - set(KEPT)
+    )
+    with connection.cursor() as cursor:
+        counts = _counts(cursor)
+    deletes = "; ".join(f"DELETE FROM {quote(t)}" for t in tables)  # noqa: S608
+    _references[alias] = Reference(counts, deletes)
 
 
 def empty_database(alias: str) -> bool:
     """Delete every row but the content types and permissions; False (nothing done) where
-    Django's flush must run instead (another vendor, no reference counts yet, or those two
-    tables' counts changed since)."""
+    Django's flush must run instead (another vendor, no reference yet, or those two tables'
+    counts changed since)."""
     connection = connections[alias]
-    if connection.vendor != "postgresql" or alias not in _kept_counts:
+    reference = _references.get(alias)
+    if connection.vendor != "postgresql" or reference is None:
         return False
-    tables = [
-        t for t in connection.introspection.django_table_names(only_existing=True) if t not in KEPT
-    ]
-    quote = connection.ops.quote_name
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        if _counts(cursor) != _kept_counts[alias]:
+        if _counts(cursor) != reference.counts:
             return False
-        deletes = "; ".join(f"DELETE FROM {quote(t)}" for t in sorted(tables))  # noqa: S608
-        cursor.execute(deletes)  # the model tables' own names (the introspection's), quoted
+        cursor.execute(reference.deletes)
     return True
 
 
