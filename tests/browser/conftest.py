@@ -1,7 +1,9 @@
 """Browser tests: a real headless Chromium against a live console.
 
 The stack is what ``make run`` starts, on a private database: migrate, ``load_demo`` (the demo
-users and runs), daphne (web + websockets) and a real Celery worker on a queue of its own. Tests
+users and runs), daphne (web + websockets) and a real Celery worker on a queue of its own; its
+settings are production's with the suite's one-iteration password hashes
+(tests/support/session/server_settings.py). Tests
 talk to it only as its users do: through the browser, the HTTP API (``console.api``) and
 management commands (``console.manage``); this process never touches that database through the
 ORM, so the tests need no pytest-django database.
@@ -77,6 +79,9 @@ def console() -> Iterator[Console]:
         # One stack for every browser test: the runs they leave waiting for a person add up
         # per persona past the default limit of 10 active runs.
         "AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT": "1000",
+        # Production's settings with the suite's one-iteration password hashes: every test
+        # signs in (tests/support/session/server_settings.py).
+        "DJANGO_SETTINGS_MODULE": "tests.support.session.server_settings",
     }
     if not ctx.redis_url:
         extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")
