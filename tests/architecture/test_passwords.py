@@ -23,3 +23,18 @@ def test_a_hash_made_with_production_iterations_is_checked_here() -> None:
     encoded = PBKDF2PasswordHasher().encode("s3cret-enough", "salt" * 4, iterations=1000)
     assert check_password("s3cret-enough", encoded)
     assert not check_password("another", encoded)
+
+
+def test_the_browser_consoles_settings_differ_from_productions_only_in_the_hasher() -> None:
+    """tests/support/session/server_settings.py: what the browser tests' live console runs
+    with. A second difference would make those tests exercise something production is not."""
+    from agentconsole import settings as production
+    from tests.support.session import passwords, server_settings
+
+    def names(module: object) -> dict[str, object]:
+        return {k: getattr(module, k) for k in dir(module) if k.isupper()}
+
+    theirs, ours = names(production), names(server_settings)
+    assert set(ours) - set(theirs) == {"PASSWORD_HASHERS"}  # production keeps Django's default
+    assert all(ours[k] == theirs[k] for k in theirs)
+    assert ours["PASSWORD_HASHERS"] == passwords.HASHERS

@@ -15,6 +15,6 @@ tests of production's entry points and settings start them with ``agentconsole.s
 from __future__ import annotations
 
 from agentconsole.settings import *  # noqa: F403 — production's settings, one changed below
-from tests.support.session.passwords import HASHERS
+from tests.support.session import passwords
 
-PASSWORD_HASHERS = HASHERS
+PASSWORD_HASHERS = passwords.HASHERS  # production leaves Django's default (a million iterations)
