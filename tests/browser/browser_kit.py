@@ -211,8 +211,12 @@ def login(page: Any, username: str, password: str | None = None) -> None:
         raise AssertionError(f"sign-in as {username} failed: {page.url}")
 
 
-def shot(page: Any, name: str, full_page: bool = False) -> Path:
-    """Save a screenshot named by page and viewport (``runs-list-1280x800.png``)."""
+def shot(page: Any, name: str, full_page: bool = False) -> Path | None:
+    """Save a screenshot named by page and viewport (``runs-list-1280x800.png``): for a person to
+    look at, never compared by a test. ``AGENTCONSOLE_SCREENSHOTS=off`` takes none (``.ci/run``:
+    a fresh clone's ``var/`` is thrown away; they were a tenth of the browser tests' CPU)."""
+    if os.environ.get("AGENTCONSOLE_SCREENSHOTS") == "off":
+        return None
     size = page.viewport_size
     filename = f"{name}-{size['width']}x{size['height']}.png"
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ skips, saying which.
 
 Screenshots go to ``var/screenshots/`` (test artifacts). With ``AGENTCONSOLE_SCREENSHOTS=docs``
 they are also written to ``docs/screenshots/`` — the README's pictures (committed on purpose, so
-not on every run).
+not on every run); with ``off`` none are taken (CI).
 """
 
 from __future__ import annotations
