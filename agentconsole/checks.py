@@ -41,7 +41,12 @@ def check_no_demo_passwords(app_configs: Any = None, **kwargs: Any) -> list[Any]
     ]
 
 
-@register()
+# The deployment's own configuration, which every process depends on: also run by each worker at
+# start (agentconsole/ops/celery_signals.py), which runs none of Django's.
+CONFIGURATION = "agentconsole-configuration"
+
+
+@register(CONFIGURATION)
 def check_tool_policy(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """issue 12 item 3: AGENTCONSOLE_TOOL_POLICY (and the tools it names) must be valid, so a
     typo in a tool name or a policy value stops ``manage.py check`` and the start-up."""

@@ -10,16 +10,23 @@ modules (``init_worker``), before ``worker_init`` and ``beat_init`` are sent.
 With DEBUG=0, a worker or beat does not start while a demo password works (issue 21 item 12):
 ``worker_init`` in the worker's main process before it forks its pool, ``beat_init`` before
 beat's first tick. Celery logs and swallows a handler's exception, so the refusal is a
-SystemExit. Then heartbeat and lease release at start and stop of a worker (worker_lifecycle.py).
+SystemExit; so is a worker's refusal of a bad configuration (the tool policy: the checks
+tagged ``CONFIGURATION_CHECKS``). Then heartbeat and lease release at start and stop of a worker
+(worker_lifecycle.py).
 """
 
 from __future__ import annotations
 
 from celery import signals
+from django.core.checks import run_checks
 
 from agentconsole.access import demo_passwords
 from agentconsole.celery import app
 from agentconsole.ops import worker_lifecycle
+
+# The tag of agentconsole/checks.py's configuration checks (that module imports the composition
+# root, so ops names the tag rather than import it; a test keeps the two equal).
+CONFIGURATION_CHECKS = "agentconsole-configuration"
 
 
 def connect() -> None:
@@ -34,6 +41,17 @@ def connect() -> None:
 
 def _worker_init(sender: object = None, **kwargs: object) -> None:
     _refuse_demo_passwords("the Celery worker")
+    _refuse_bad_configuration("the Celery worker")
+
+
+def _refuse_bad_configuration(entry_point: str) -> None:
+    """The checks of the deployment's configuration (``CONFIGURATION`` in agentconsole/checks.py:
+    the tool policy), as ``manage.py check`` runs them. Django's other checks stay with that
+    command: agentconsole/celery.py turns off Celery's run of them all at each start."""
+    errors = [e for e in run_checks(tags=[CONFIGURATION_CHECKS]) if e.is_serious()]
+    if errors:
+        said = "; ".join(f"{e.id}: {e.msg}" for e in errors)
+        raise SystemExit(f"{entry_point} does not start: {said}")
 
 
 def _beat_init(sender: object = None, **kwargs: object) -> None:

@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from agentconsole import checks, wiring
+from agentconsole.ops import celery_signals
 from memory.models import WorkingMemoryItem
 from policy.domain.observations import TrustLabel
 from policy.models import Confirmation
@@ -313,6 +314,17 @@ def test_a_bad_deployment_policy_stops_the_start(world: Any) -> None:
     assert "no registered tool 'write_artefact'" in errors[0].msg
     with pytest.raises(SystemCheckError, match=r"agentconsole\.E002"):
         call_command("check")
+
+
+def test_a_bad_deployment_policy_stops_a_worker_at_its_start(world: Any) -> None:
+    """A worker runs none of Django's checks at start (agentconsole/celery.py), but still the
+    configuration's: it exits before it takes a task."""
+    assert celery_signals.CONFIGURATION_CHECKS == checks.CONFIGURATION
+    celery_signals._worker_init()  # the deployment's policy as the fixture set it: starts
+    world.AGENTCONSOLE_TOOL_POLICY = {"write_artefact": {"confirmation": "always"}}
+    wiring.tool_policy.cache_clear()
+    with pytest.raises(SystemExit, match=r"the Celery worker does not start: agentconsole\.E002"):
+        celery_signals._worker_init()
 
 
 def _profile(tool_policy: dict[str, Any]) -> dict[str, Any]:

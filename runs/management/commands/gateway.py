@@ -22,6 +22,9 @@ log = logging.getLogger("runs.calls.gateway")
 
 class Command(BaseCommand):
     help = "Send the model requests runs wait on, asynchronously, and hand answered runs back."
+    # A long-running service, like the worker and daphne: no system checks at start (0.3 s,
+    # mostly importing the URL conf); the deployment's are `manage.py check --deploy`.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

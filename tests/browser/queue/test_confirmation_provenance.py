@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -120,8 +119,7 @@ def test_the_card_says_where_each_argument_came_from(
     # provenance alone.
     heading = "Arguments" if viewport == DESKTOP else "Provenance"
     card.locator("h3", has_text=heading).evaluate("el => el.scrollIntoView({block: 'start'})")
-    path = kit.shot(page, "confirmation-provenance")
-    assert Path(path).stat().st_size > 0
+    kit.shot(page, "confirmation-provenance")
 
     # Another card (one at a time in the detail pane): a value from a saved preference.
     why = kit.item_of(page, runs["kept"]).locator("[data-q-why]").inner_text()
