@@ -5,6 +5,7 @@ tests/conformance, tests/services, tests/api, tests/realtime, tests/workers, tes
 tests/browser, tests/architecture.
 """
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,14 +15,29 @@ from django.test import override_settings
 
 from tests.support.races import require_postgres
 from tests.support.runs import load_demo_corpus
-from tests.support.session import flush, parallel, passwords
+from tests.support.session import flush, parallel, passwords, template_db
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The process that starts the run names its template database
+    (tests/support/session/template_db.py); parallel processes inherit the name."""
+    if not hasattr(config, "workerinput"):
+        template_db.choose()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    url = os.environ.get("DATABASE_URL", "")
+    if not hasattr(config, "workerinput") and template_db.on_postgres(url):
+        template_db.drop(url)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
     """Parallel processes (``make test``): a Redis database each
-    (tests/support/session/parallel.py)."""
+    (tests/support/session/parallel.py), the run's template database's name."""
     parallel.give_each_worker_its_redis(specs)
+    for spec in specs:
+        spec.env[template_db.TEMPLATE_ENV] = os.environ[template_db.TEMPLATE_ENV]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -58,10 +74,14 @@ def private_cache(settings: Any) -> None:
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
     """Servers keep connections open (CONN_MAX_AGE); tests close them, so no thread of the test
-    process holds the test database when it is flushed or dropped."""
+    process holds the test database when it is flushed or dropped. On PostgreSQL the test
+    database is a copy of the run's migrated template (tests/support/session/template_db.py)."""
     from django.conf import settings
 
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    url = os.environ.get("DATABASE_URL", "")
+    if template_db.on_postgres(url):
+        settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = template_db.ensure(url)
 
 
 @pytest.fixture(scope="session")

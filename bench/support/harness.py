@@ -77,17 +77,21 @@ class Context:
         return self.deadline - time.monotonic()
 
 
-def private_database(base_url: str, prefix: str = "bench") -> tuple[str, Callable[[], None]]:
+def private_database(
+    base_url: str, prefix: str = "bench", template: str | None = None
+) -> tuple[str, Callable[[], None]]:
     """Create a database for this benchmark run (named ``<prefix>_<pid>_<random>``); return
-    its URL and a function dropping it."""
+    its URL and a function dropping it. On PostgreSQL, ``template``: a copy of that database
+    (the tests' migrated one, tests/support/session/template_db.py)."""
     tag = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     if base_url.startswith(("postgres://", "postgresql://")):
         import psycopg
 
         prefix, _, _ = base_url.rpartition("/")
         admin = f"{prefix}/postgres"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{tag}"')
+            conn.execute(f'CREATE DATABASE "{tag}"{copy}')
 
         def drop() -> None:
             with psycopg.connect(admin, autocommit=True) as conn:

@@ -49,6 +49,7 @@ from tests.browser.browser_kit import (
 from tests.browser.csp_watch import Watch, watch
 from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
 from tests.mcp.mcp_kit import hostile_argv, stdio_server
+from tests.support.session import template_db
 
 
 def _redis_url() -> str:
@@ -61,7 +62,9 @@ def console() -> Iterator[Console]:
     if reason:
         pytest.skip(reason)
     base = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'var' / 'browser.sqlite3'}"
-    database_url, drop = private_database(base)
+    # A copy of the run's migrated database on PostgreSQL: the stack's migrate finds it done.
+    template = template_db.ensure(base) if template_db.on_postgres(base) else None
+    database_url, drop = private_database(base, template=template)
     queue = f"browser_{uuid.uuid4().hex[:8]}"
     scratch = Path(tempfile.mkdtemp(prefix="agentconsole-browser-"))
     ctx = Context(database_url, _redis_url(), "", time.monotonic() + 3600)

@@ -2,7 +2,8 @@
 
 - **The test database**: pytest-django names it per process already (``test_<name>_gw0``, ``_gw1``);
   stacks that make their own (browser, soak, benchmarks) put the process id in the name
-  (``bench.support.harness.private_database``).
+  (``bench.support.harness.private_database``). On PostgreSQL each is a copy of the run's one
+  migrated template (``template_db.py``), whose name the processes inherit.
 - **Redis**: the doorbell's channel layer, the broker, the cache, the heartbeats of
   ``/readyz`` and the shared metrics all live in ``REDIS_URL``'s database, and some tests count
   what is there (workers heartbeating, a histogram's samples). So each process gets a database
