@@ -68,17 +68,6 @@ def test_units() -> None:
     )
 
 
-def test_the_longest_units_are_handed_out_first(request: pytest.FixtureRequest) -> None:
-    units = ["tests/api/test_a.py::test_x", "tests/browser/journeys", "tests/browser/pages", "z"]
-    assert parallel.long_first(units) == [
-        "tests/browser/pages", "tests/browser/journeys", "tests/api/test_a.py::test_x", "z",
-    ]  # fmt: skip
-    # Each still names a unit of the suite (in a full run; a part may leave some out).
-    collected = {parallel.unit_of(item.nodeid) for item in request.session.items}
-    if len(collected) > 1000:
-        assert set(parallel.LONG_FIRST) <= collected
-
-
 def test_every_test_sharing_a_fixture_is_handed_out_with_the_others(
     request: pytest.FixtureRequest,
 ) -> None:

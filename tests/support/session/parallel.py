@@ -18,8 +18,7 @@
   scheduler (``Scheduling``, taken by xdist's default ``load`` distribution) hands each subfolder
   of the browser tests (pages/, journeys/, queue/) to a process as one unit, and the modules of
   ``BY_MODULE`` a module at a time; every other test goes alone, to whichever process is free.
-  Longest units first (``LONG_FIRST``, then xdist's order: most tests first), so a long one does
-  not start last and leave the other processes idle at the end. The browser tests are three units,
+  Largest units first, so a long module does not start last. The browser tests are three units,
   not one: as one they kept a process busy for ~290 s, longer than the rest of the suite took on
   the other; each process that takes a unit starts its own stack and Chromium (~10 s).
   (xdist's own ``--dist loadgroup`` stopped grouping with pytest 9: pytest-dev/pytest-xdist#1386.)
@@ -40,33 +39,6 @@ ONE_UNIT = ("browser",)
 # tests/<folder>/: a module at a time (module-scoped workers and stacks; the soak, so it is
 # handed out early rather than last).
 BY_MODULE = ("workers", "faults", "mcp", "memory", "production", "soak")
-
-
-# Units that keep a process busy 20 s or more, longest first (wall seconds of each in a -n 3 run:
-# pages 121, the operator's form sweep 80, journeys 80, crash recovery 58, queue 58, the fault lab
-# 34, the soak 34, ...). Handed out before all others: xdist's own order, by number of tests, let
-# the sweep (one test) or the fault lab start in the last minute while another process was done.
-# Each is a unit's name (``unit_of``); a test checks that each still names one.
-LONG_FIRST = (
-    "tests/browser/pages",
-    "tests/api/errors/test_error_sweep_console.py::test_no_console_form_answers_a_5xx[operator]",
-    "tests/browser/journeys",
-    "tests/faults/test_crash_recovery.py",
-    "tests/browser/queue",
-    "tests/faults/test_faultlab.py",
-    "tests/soak/test_soak.py",
-    "tests/mcp/test_mcp_gateway_processes.py",
-    "tests/production/test_entry_points.py",
-    "tests/production/test_graceful_shutdown.py",
-    "tests/production/test_web_burst.py",
-)
-
-
-def long_first(units: list[str]) -> list[str]:
-    """``units`` in the order they are handed out: ``LONG_FIRST``'s in its order, then the rest
-    as they came."""
-    present = set(units)
-    return [u for u in LONG_FIRST if u in present] + [u for u in units if u not in LONG_FIRST]
 
 
 def redis_url_for(url: str, index: int, count: int) -> str:
@@ -119,17 +91,8 @@ def make_scheduler(config: Any, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling  # import here: only under xdist
 
     class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
-        ordered = False
-
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the queue is complete by the first hand-out
-                self.ordered = True
-                for unit in long_first(list(self.workqueue)):
-                    self.workqueue.move_to_end(unit)
-            super()._assign_work_unit(node)
 
     return Scheduling(config, log)
 
