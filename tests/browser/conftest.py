@@ -20,91 +20,54 @@ not on every run); with ``off`` none are taken (CI).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import tempfile
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.support.harness import Context, private_database
-from bench.support.stack import _env, _start_daphne, _start_workers, forget_queue
 from tests.browser.browser_kit import (
     CHROMIUM_ARGS,
     DESKTOP,
-    ROOT,
     TIMEOUT_MS,
     Console,
     chromium_path,
     login,
-    missing,
     shot,
 )
 from tests.browser.csp_watch import Watch, watch
+from tests.browser.live_stack import place
 from tests.mcp.mcp_kit import TOKEN as NOTES_TOKEN
 from tests.mcp.mcp_kit import hostile_argv, stdio_server
-from tests.support.session import template_db
-
-
-def _redis_url() -> str:
-    return os.environ.get("REDIS_URL", "")
 
 
 @pytest.fixture(scope="package")
 def console() -> Iterator[Console]:
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    base = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'var' / 'browser.sqlite3'}"
     # A copy of the run's migrated database on PostgreSQL: the stack's migrate finds it done.
-    template = template_db.ensure(base) if template_db.on_postgres(base) else None
-    database_url, drop = private_database(base, template=template)
-    queue = f"browser_{uuid.uuid4().hex[:8]}"
-    scratch = Path(tempfile.mkdtemp(prefix="agentconsole-browser-"))
-    ctx = Context(database_url, _redis_url(), "", time.monotonic() + 3600)
-    extra = {
-        "DEBUG": "1",
-        "AGENTCONSOLE_DEMO": "1",
-        "AGENTCONSOLE_QUEUE": queue,
-        "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
-        # The MCP tools page's test registers the test notes server over stdio (tests/mcp),
-        # keeping its files in scratch/mcp: the allowlist names that whole command line.
-        "AGENTCONSOLE_MCP_STDIO_COMMANDS": json.dumps(
-            [stdio_server(scratch / "mcp").argv, hostile_argv("names")]
-        ),
-        "AGENTCONSOLE_MCP_SECRETS": json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
-        # One stack for every browser test: the runs they leave waiting for a person add up
-        # per persona past the default limit of 10 active runs.
-        "AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT": "1000",
-        # Production's settings with the suite's one-iteration password hashes: every test
-        # signs in (tests/support/session/server_settings.py).
-        "DJANGO_SETTINGS_MODULE": "tests.support.session.server_settings",
-    }
-    if not ctx.redis_url:
-        extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")
-    env = _env(ctx, **extra)
-    stack = contextlib.ExitStack()
-    try:
-        console = Console(url="", env=env, scratch=scratch)
-        stack.callback(console.close)
+    with place("browser", migrated=True) as here:
+        env = here.env(
+            DEBUG="1",
+            AGENTCONSOLE_DEMO="1",
+            # The MCP tools page's test registers the test notes server over stdio (tests/mcp),
+            # keeping its files in scratch/mcp: the allowlist names that whole command line.
+            AGENTCONSOLE_MCP_STDIO_COMMANDS=json.dumps(
+                [stdio_server(here.scratch / "mcp").argv, hostile_argv("names")]
+            ),
+            AGENTCONSOLE_MCP_SECRETS=json.dumps({"NOTES_TOKEN": NOTES_TOKEN}),
+            # One stack for every browser test: the runs they leave waiting for a person add up
+            # per persona past the default limit of 10 active runs.
+            AGENTCONSOLE_MAX_ACTIVE_RUNS_PER_SUBJECT="1000",
+            # Production's settings with the suite's one-iteration password hashes: every test
+            # signs in (tests/support/session/server_settings.py).
+            DJANGO_SETTINGS_MODULE="tests.support.session.server_settings",
+        )
+        console = Console(url="", env=env, scratch=here.scratch)
+        here.processes.callback(console.close)
         console.manage("migrate", "--noinput", "-v0")
         console.manage("load_demo")
-        _start_workers(stack, env, queue, [f"browser-{queue}"])
-        port = _start_daphne(stack, env)
-        console.url = f"http://127.0.0.1:{port}"
+        console.url = here.serve(env)
         yield console
-    finally:
-        stack.close()
-        if ctx.redis_url:
-            forget_queue(ctx.redis_url, queue)
-        drop()
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

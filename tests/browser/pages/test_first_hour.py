@@ -12,24 +12,15 @@ collected static files, the demo-password refusal at start, no demo.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
-import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.support.harness import Context, private_database
-from bench.support.stack import _env, _start_daphne, _start_workers, forget_queue
 from tests.browser.browser_kit import (
     DESKTOP,
     PHONE,
@@ -37,10 +28,10 @@ from tests.browser.browser_kit import (
     TIMEOUT_MS,
     layout_problems,
     login,
-    missing,
     shot,
 )
 from tests.browser.csp_watch import settle, watch
+from tests.browser.live_stack import place
 from tests.support.workers import wait_for
 
 pytestmark = pytest.mark.browser
@@ -92,42 +83,20 @@ def first_hour(env: dict[str, str]) -> list[str]:
 @pytest.fixture(scope="module")
 def install() -> Iterator[str]:
     """A fresh production install after its first hour, serving; yields its URL."""
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    base = os.environ.get("DATABASE_URL") or f"sqlite:///{ROOT / 'var' / 'browser.sqlite3'}"
-    database_url, drop = private_database(base, prefix="firsthour")
-    queue = f"firsthour_{uuid.uuid4().hex[:8]}"
-    scratch = Path(tempfile.mkdtemp(prefix="agentconsole-firsthour-"))
-    redis_url = os.environ.get("REDIS_URL", "")
-    ctx = Context(database_url, redis_url, "", time.monotonic() + 3600)
-    extra = {
-        "DEBUG": "0",
-        "SECRET_KEY": "first-hour-" + secrets.token_hex(32),
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        # Plain HTTP to 127.0.0.1: no TLS proxy in front (docs/deploy.md has one).
-        "SECURE_SSL_REDIRECT": "0",
-        "SESSION_COOKIE_SECURE": "0",
-        "CSRF_COOKIE_SECURE": "0",
-        "STATIC_ROOT": str(scratch / "static"),
-        "AGENTCONSOLE_QUEUE": queue,
-        "AGENTCONSOLE_RUN_OUTPUT_ROOT": str(scratch / "run-output"),
-    }
-    if not redis_url:
-        extra["AGENTCONSOLE_BROKER_DIR"] = str(scratch / "broker")
-    env = _env(ctx, **extra)
-    stack = contextlib.ExitStack()
-    try:
+    with place("firsthour", migrated=False) as here:
+        env = here.env(
+            DEBUG="0",
+            SECRET_KEY="first-hour-" + secrets.token_hex(32),
+            ALLOWED_HOSTS="127.0.0.1,localhost",
+            # Plain HTTP to 127.0.0.1: no TLS proxy in front (docs/deploy.md has one).
+            SECURE_SSL_REDIRECT="0",
+            SESSION_COOKIE_SECURE="0",
+            CSRF_COOKIE_SECURE="0",
+            STATIC_ROOT=str(here.scratch / "static"),
+        )
         said = first_hour(env)
         assert "created profile first-run" in said[-1]
-        _start_workers(stack, env, queue, [f"firsthour-{queue}"])
-        yield f"http://127.0.0.1:{_start_daphne(stack, env)}"
-    finally:
-        stack.close()
-        if redis_url:
-            forget_queue(redis_url, queue)
-        drop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        yield here.serve(env)
 
 
 @pytest.fixture(scope="module")
