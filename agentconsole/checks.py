@@ -13,6 +13,7 @@ from django.db import DatabaseError
 
 from agentconsole import wiring
 from agentconsole.access.demo_passwords import demo_accounts_with_demo_password
+from agentconsole.ops.celery_signals import CONFIGURATION_CHECKS
 
 
 @register(Tags.security, deploy=True)
@@ -41,9 +42,9 @@ def check_no_demo_passwords(app_configs: Any = None, **kwargs: Any) -> list[Any]
     ]
 
 
-# The deployment's own configuration, which every process depends on: also run by each worker at
-# start (agentconsole/ops/celery_signals.py), which runs none of Django's.
-CONFIGURATION = "agentconsole-configuration"
+# The tag of the deployment's own configuration checks, which every process depends on: each
+# worker runs them at start (agentconsole/ops/celery_signals.py), and none of Django's others.
+CONFIGURATION = CONFIGURATION_CHECKS
 
 
 @register(CONFIGURATION)

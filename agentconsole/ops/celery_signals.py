@@ -24,8 +24,7 @@ from agentconsole.access import demo_passwords
 from agentconsole.celery import app
 from agentconsole.ops import worker_lifecycle
 
-# The tag of agentconsole/checks.py's configuration checks (that module imports the composition
-# root, so ops names the tag rather than import it; a test keeps the two equal).
+# The tag of the configuration checks (agentconsole/checks.py registers them under it).
 CONFIGURATION_CHECKS = "agentconsole-configuration"
 
 
