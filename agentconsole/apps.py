@@ -1,8 +1,13 @@
 """The project package as an app: no models; the deployment's system checks, the password
 signal (agentconsole/access/auth.py; the sign-in throttle is its authentication backend), the
-Celery app and the worker's and beat's signals (agentconsole/ops/celery_signals.py)."""
+Celery app and the worker's and beat's signals (agentconsole/ops/celery_signals.py), and the end
+of the start's collector settings (agentconsole/__init__.py)."""
+
+import gc
 
 from django.apps import AppConfig
+
+import agentconsole
 
 
 class AgentconsoleConfig(AppConfig):
@@ -31,3 +36,8 @@ class AgentconsoleConfig(AppConfig):
         celery_signals.connect()
         # The default for callers that pass no context (runs.context): the root's own.
         context.install(wiring.context)
+        # The start is over: what it allocated lives as long as the process. Frozen, the
+        # collector never walks it again (and a worker's forked pool processes share its pages
+        # instead of copying them when a collection would touch them).
+        gc.freeze()
+        gc.set_threshold(*agentconsole.DEFAULT_GC_THRESHOLDS)

@@ -5,6 +5,7 @@ tests/conformance, tests/services, tests/api, tests/realtime, tests/workers, tes
 tests/browser, tests/architecture.
 """
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not hasattr(config, "workerinput") and template_db.on_postgres(url):
         template_db.drop(url)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The collected tests live as long as the run: out of the collector's sight, as the
+    process's start is (agentconsole/apps.py). A tenth of the form sweeps' CPU was the
+    collector walking them again and again."""
+    gc.freeze()
 
 
 @pytest.hookimpl(optionalhook=True)
