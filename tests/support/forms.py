@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -47,6 +48,7 @@ LEAF_TOKENS: dict[str, str] = {
 }
 MAX_LEAVES = 12  # leaves of one JSON field replaced, one at a time
 _MARK = "@@sweep@@"
+_ROW_INDEX = re.compile(r"-\d+-")  # a row's number in a field's name: g-2-capability
 # Whom each sweeping client last signed in, and the session key it got (``_signed_in``).
 _SIGNED_IN: WeakKeyDictionary[Client, tuple[Any, str]] = WeakKeyDictionary()
 
@@ -224,11 +226,21 @@ def _signed_in(client: Client, user: Any) -> None:
 
 def variants(form: Form) -> Iterator[tuple[str, dict[str, Any]]]:
     """(label, data) pairs: the form as the page filled it, with one field made hostile at a
-    time, sent twice, or one leaf of its JSON value replaced; and the form with no fields."""
+    time, sent twice, or one leaf of its JSON value replaced; and the form with no fields.
+
+    A form of rows (the profile editor's grants ``g-0-…``, ``g-1-…`` and their constraints
+    ``g-0-c-0-…``) has each kind of row field swept in its first row: the others are read by the
+    same code (runs/views/grant_rows.py). The blank row a script copies (``g-__i__-…``) is a
+    kind of its own. Every row is still in every variant, as the page filled it."""
     base = {name: values[:] for name, values in form.fields.items()}
     yield "as-filled", base
     yield "no-fields", {}
+    kinds: set[str] = set()
     for name, values in base.items():
+        kind = _ROW_INDEX.sub("-N-", name)
+        if kind in kinds:
+            continue
+        kinds.add(kind)
         for kind, value in HOSTILE.items():
             yield f"{name}={kind}", {**base, name: [value]}
         yield f"{name} twice", {**base, name: [*(values or [""]), "<b>another</b>"]}
