@@ -237,15 +237,19 @@ def variants(form: Form) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "no-fields", {}
     kinds: set[str] = set()
     for name, values in base.items():
-        kind = _ROW_INDEX.sub("-N-", name)
-        if kind in kinds:
+        if field_kind(name) in kinds:
             continue
-        kinds.add(kind)
+        kinds.add(field_kind(name))
         for kind, value in HOSTILE.items():
             yield f"{name}={kind}", {**base, name: [value]}
         yield f"{name} twice", {**base, name: [*(values or [""]), "<b>another</b>"]}
         for label, text in _json_variants(values[0] if values else ""):
             yield f"{name} {label}", {**base, name: [text]}
+
+
+def field_kind(name: str) -> str:
+    """A field's name without its row numbers: ``g-2-c-1-arg`` is a ``g-N-c-N-arg``."""
+    return _ROW_INDEX.sub("-N-", name)
 
 
 def _json_variants(text: str) -> Iterator[tuple[str, str]]:

@@ -32,7 +32,7 @@ from policy.mcp import services as mcp_services
 from runs.demo.demo_profiles import load_demo_profiles
 from tests.api import api_kit as kit
 from tests.mcp.mcp_kit import TIMEOUT_MS, stdio_server
-from tests.support.forms import Form, contexts_not_kept, crawl, submit, variants
+from tests.support.forms import Form, contexts_not_kept, crawl, field_kind, submit, variants
 
 pytestmark = pytest.mark.django_db
 
@@ -103,8 +103,15 @@ def test_no_console_form_answers_a_5xx(
 
 
 def _distinct(forms: list[Form]) -> list[Form]:
-    """One form per (route, fields): a list page repeats one form per row."""
-    out: dict[tuple[str, str, tuple[str, ...]], Form] = {}
+    """One form per (route, kinds of field): a list page repeats one form per row, and each
+    profile's editor is the one form with as many grant rows as the profile has grants (its
+    rows' fields are one kind each: ``field_kind``). Of those, the one with the most fields:
+    the most rows and the most JSON to take apart. A profile of another planner kind checks
+    other fields (a model planner's endpoint and model): its editor is swept as well."""
+    out: dict[tuple[str, str, frozenset[str], tuple[str, ...]], Form] = {}
     for form in forms:
-        out.setdefault((form.route, form.method, tuple(sorted(form.fields))), form)
+        kinds = frozenset(map(field_kind, form.fields))
+        key = (form.route, form.method, kinds, tuple(form.fields.get("planner_kind", ())))
+        if key not in out or len(form.fields) > len(out[key].fields):
+            out[key] = form
     return list(out.values())
