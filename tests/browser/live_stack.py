@@ -29,6 +29,7 @@ class Place:
     scratch: Path
     prefix: str
     processes: contextlib.ExitStack
+    migrated: bool  # its database is a copy of the run's migrated template
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of its processes: ``extra`` over the queue, the run output folder
@@ -63,7 +64,7 @@ def place(prefix: str, *, migrated: bool) -> Iterator[Place]:
     ctx = Context(database_url, os.environ.get("REDIS_URL", ""), "", time.monotonic() + 3600)
     processes = contextlib.ExitStack()
     try:
-        yield Place(ctx, queue, scratch, prefix, processes)
+        yield Place(ctx, queue, scratch, prefix, processes, migrated=template is not None)
     finally:
         processes.close()
         if ctx.redis_url:
