@@ -77,6 +77,16 @@ class Context:
         return self.deadline - time.monotonic()
 
 
+def on_postgres(url: str) -> bool:
+    return url.startswith(("postgres://", "postgresql://"))
+
+
+def database_on_same_server(url: str, name: str) -> str:
+    """``url`` with its database replaced by ``name`` (``postgres``: the server's own, where
+    databases are created and dropped)."""
+    return f"{url.rpartition('/')[0]}/{name}"
+
+
 def private_database(
     base_url: str, prefix: str = "bench", template: str | None = None
 ) -> tuple[str, Callable[[], None]]:
@@ -84,11 +94,10 @@ def private_database(
     its URL and a function dropping it. On PostgreSQL, ``template``: a copy of that database
     (the tests' migrated one, tests/support/session/template_db.py)."""
     tag = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    if base_url.startswith(("postgres://", "postgresql://")):
+    if on_postgres(base_url):
         import psycopg
 
-        prefix, _, _ = base_url.rpartition("/")
-        admin = f"{prefix}/postgres"
+        admin = database_on_same_server(base_url, "postgres")
         copy = f' TEMPLATE "{template}"' if template else ""
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{tag}"{copy}')
@@ -97,7 +106,7 @@ def private_database(
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{tag}" WITH (FORCE)')
 
-        return f"{prefix}/{tag}", drop
+        return database_on_same_server(base_url, tag), drop
     path = ROOT / "var" / f"{tag}.sqlite3"
 
     def remove() -> None:

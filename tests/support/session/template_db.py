@@ -7,7 +7,7 @@ of CPU in the process, and PostgreSQL's own for the DDL), and each browser test 
 advisory lock, so parallel processes wait for it instead of building it twice), and every
 database is a copy of it (``CREATE DATABASE ... TEMPLATE``, a file copy). Django's test database
 creation takes the template from ``TEST["TEMPLATE"]`` and still runs ``migrate``, which then
-finds nothing to do; so does the browser stack's.
+finds nothing to do; the browser stack runs none on its copy (tests/browser/conftest.py).
 
 The template is named by the run: the process that starts the run chooses the name
 (``choose``, from ``tests/conftest.py``), parallel processes inherit it in ``TEMPLATE_ENV``, and
@@ -23,12 +23,12 @@ import sys
 import uuid
 from pathlib import Path
 
+from bench.support.harness import database_on_same_server, on_postgres
+
+__all__ = ["TEMPLATE_ENV", "choose", "drop", "ensure", "on_postgres"]
+
 TEMPLATE_ENV = "AGENTCONSOLE_TEST_TEMPLATE_DB"
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def on_postgres(url: str) -> bool:
-    return url.startswith(("postgres://", "postgresql://"))
 
 
 def choose() -> str:
@@ -38,17 +38,13 @@ def choose() -> str:
     return os.environ[TEMPLATE_ENV]
 
 
-def _admin(url: str) -> str:
-    return f"{url.rpartition('/')[0]}/postgres"
-
-
 def ensure(url: str) -> str:
     """The run's template on ``url``'s server, migrated (built here if no process has yet);
     returns its name."""
     import psycopg
 
     name = os.environ[TEMPLATE_ENV]
-    with psycopg.connect(_admin(url), autocommit=True) as conn:
+    with psycopg.connect(database_on_same_server(url, "postgres"), autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
         try:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
@@ -56,7 +52,7 @@ def ensure(url: str) -> str:
             building = f"{name}_building"
             conn.execute(f'DROP DATABASE IF EXISTS "{building}"')
             conn.execute(f'CREATE DATABASE "{building}"')
-            _migrate(f"{url.rpartition('/')[0]}/{building}")
+            _migrate(database_on_same_server(url, building))
             conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
             conn.execute(f'ALTER DATABASE "{name}" WITH IS_TEMPLATE true ALLOW_CONNECTIONS false')
             return name
@@ -81,7 +77,7 @@ def drop(url: str) -> None:
     name = os.environ.get(TEMPLATE_ENV)
     if not name:
         return
-    with psycopg.connect(_admin(url), autocommit=True) as conn:
+    with psycopg.connect(database_on_same_server(url, "postgres"), autocommit=True) as conn:
         for db in (name, f"{name}_building"):
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,)).fetchone():
                 conn.execute(f'ALTER DATABASE "{db}" WITH IS_TEMPLATE false')
