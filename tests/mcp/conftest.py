@@ -63,6 +63,13 @@ def stdio_notes(tmp_path: Path, mcp_secrets: None, settings: Any) -> NotesServer
     return allow(settings, stdio_server(tmp_path))
 
 
+@pytest.fixture
+def plain_stdio_notes(tmp_path: Path, mcp_secrets: None, settings: Any) -> NotesServer:
+    """A stdio server started the plain way (``python notes_server.py ...``), not forked from
+    the fork server (tests/mcp/forkserver.py)."""
+    return allow(settings, stdio_server(tmp_path, forked=False))
+
+
 def allow(settings: Any, server: NotesServer) -> NotesServer:
     """The deployment allows exactly this test server's command line (the interpreter, the
     server script and its arguments)."""

@@ -1,21 +1,29 @@
 """The MCP test servers (``notes_server.py``, official SDK) as the tests start them: over stdio
 (a process per call, started by the client) and over streamable HTTP (one server process on
-127.0.0.1 and a free port, started and stopped by the fixture)."""
+127.0.0.1 and a free port, started and stopped by the fixture). Each is forked from a process
+that imported the SDK once (tests/mcp/forkserver.py); ``forked=False`` starts one the plain
+way."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SERVER = Path(__file__).resolve().parent / "notes_server.py"
-HOSTILE = Path(__file__).resolve().parent / "hostile_server.py"  # serves hostile data
+HERE = Path(__file__).resolve().parent
+SERVER = HERE / "notes_server.py"
+HOSTILE = HERE / "hostile_server.py"  # serves hostile data
+FORKSERVER, LAUNCHER = HERE / "forkserver.py", HERE / "forked.py"
 TOKEN = "notes-canary-7f3a9c"  # the server's secret: must never show in a run record
 
 # Timeouts are generous bounds: a stdio call starts a Python process that imports the SDK, on a
@@ -55,13 +63,61 @@ class NotesServer:
         return [r for r in rows if tool is None or r["tool"] == tool]
 
 
-def stdio_server(tmp: Path, name: str = "notes") -> NotesServer:
+_forkserver: dict[str, str] = {}
+
+
+def forkserver() -> str:
+    """The Unix socket of this test process's fork server (tests/mcp/forkserver.py), started
+    at the first call; stopped when this process exits."""
+    if "address" not in _forkserver:
+        folder = tempfile.mkdtemp(prefix="mcpfork-")
+        address = os.path.join(folder, "s")
+        proc = subprocess.Popen(
+            [sys.executable, str(FORKSERVER), address],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()  # "ready" once it listens, or nothing if it failed
+        proc.stdout.close()
+        if ready.strip() != "ready":
+            _stop(proc)
+            raise RuntimeError(f"the MCP fork server did not start (exit {proc.returncode})")
+        atexit.register(_stop, proc, folder)
+        _forkserver["address"] = address
+    return _forkserver["address"]
+
+
+def _stop(proc: subprocess.Popen[Any], folder: str | None = None) -> None:
+    """SIGTERM, ten seconds to exit, then SIGKILL; the fork server's folder removed."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, "s"))
+            os.rmdir(folder)
+
+
+def _command(script: Path, *args: str, forked: bool = True) -> list[str]:
+    """``python SCRIPT ARGS...``, through the fork server's launcher unless ``forked=False``."""
+    if forked:
+        return [sys.executable, str(LAUNCHER), forkserver(), str(script), *args]
+    return [sys.executable, str(script), *args]
+
+
+def stdio_server(tmp: Path, name: str = "notes", forked: bool = True) -> NotesServer:
     log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
+    command, *args = _command(SERVER, "--log", str(log), "--variant", str(variant), forked=forked)
     spec = {
         "name": name,
         "transport": "stdio",
-        "command": sys.executable,
-        "args": [str(SERVER), "--log", str(log), "--variant", str(variant)],
+        "command": command,
+        "args": args,
         "env_secrets": {"NOTES_TOKEN": "NOTES_TOKEN"},
     }
     return NotesServer(spec, log, variant)
@@ -90,8 +146,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 3
 
 def http_server(tmp: Path, name: str = "notesweb") -> Iterator[NotesServer]:
     log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
-    argv = [str(SERVER), "--log", str(log), "--variant", str(variant)]
-    for spec in _served(argv, name):
+    for spec in _served(_command(SERVER, "--log", str(log), "--variant", str(variant)), name):
         yield NotesServer(spec, log, variant)
 
 
@@ -101,7 +156,7 @@ HOSTILE_CASES = ("names", "duplicate-key", "nan", "lone-surrogate")
 def hostile_argv(case: str) -> list[str]:
     """The whole command line of ``hostile_server.py --case <case>`` over stdio (what a
     deployment's ``AGENTCONSOLE_MCP_STDIO_COMMANDS`` must name for it to start)."""
-    return [sys.executable, str(HOSTILE), "--case", case]
+    return _command(HOSTILE, "--case", case)
 
 
 def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
@@ -112,14 +167,14 @@ def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
 
 def hostile_http(case: str, name: str = "hostileweb") -> Iterator[dict[str, Any]]:
     """The spec of ``hostile_server.py --case <case>`` over HTTP, while it runs."""
-    yield from _served([str(HOSTILE), "--case", case], name)
+    yield from _served(_command(HOSTILE, "--case", case), name)
 
 
 def _served(argv: list[str], name: str) -> Iterator[dict[str, Any]]:
     """A server process listening on 127.0.0.1 while the caller holds the spec."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, *argv, "--http", str(port)],
+        [*argv, "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -132,9 +187,4 @@ def _served(argv: list[str], name: str) -> Iterator[dict[str, Any]]:
             "header_secrets": {"Authorization": "NOTES_TOKEN"},
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)

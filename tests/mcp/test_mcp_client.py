@@ -51,6 +51,19 @@ def call(notes: NotesServer, tool: str, *, read_only: bool, timeout_ms: int = TI
 
 
 def test_the_token_and_trace_context_reach_the_server(notes: NotesServer) -> None:
+    _posts_hello(notes)
+
+
+def test_a_server_started_without_the_fork_server_answers_the_same(
+    plain_stdio_notes: NotesServer,
+) -> None:
+    """The other tests' servers are forked from a process that imported the SDK once
+    (tests/mcp/forkserver.py); the script started the plain way answers the same."""
+    assert "forked.py" not in " ".join(plain_stdio_notes.argv)
+    _posts_hello(plain_stdio_notes)
+
+
+def _posts_hello(notes: NotesServer) -> None:
     outcome = call(notes, "post_note", read_only=False, text="hello")
     assert outcome.status is OutcomeStatus.SUCCEEDED
     assert outcome.value == {
