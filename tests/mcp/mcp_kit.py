@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,29 +65,35 @@ class NotesServer:
 
 
 _forkserver: dict[str, str] = {}
+_forkserver_lock = threading.Lock()
 
 
 def forkserver() -> str:
     """The Unix socket of this test process's fork server (tests/mcp/forkserver.py), started
     at the first call; stopped when this process exits."""
-    if "address" not in _forkserver:
-        folder = tempfile.mkdtemp(prefix="mcpfork-")
-        address = os.path.join(folder, "s")
-        proc = subprocess.Popen(
-            [sys.executable, str(FORKSERVER), address],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdout is not None
-        ready = proc.stdout.readline()  # "ready" once it listens, or nothing if it failed
-        proc.stdout.close()
-        if ready.strip() != "ready":
-            _stop(proc)
-            raise RuntimeError(f"the MCP fork server did not start (exit {proc.returncode})")
-        atexit.register(_stop, proc, folder)
-        _forkserver["address"] = address
+    with _forkserver_lock:
+        if "address" not in _forkserver:
+            _forkserver["address"] = _start_forkserver()
     return _forkserver["address"]
+
+
+def _start_forkserver() -> str:
+    folder = tempfile.mkdtemp(prefix="mcpfork-")
+    address = os.path.join(folder, "s")
+    proc = subprocess.Popen(
+        [sys.executable, str(FORKSERVER), address],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    ready = proc.stdout.readline()  # "ready" once it listens, or nothing if it failed
+    proc.stdout.close()
+    if ready.strip() != "ready":
+        _stop(proc)
+        raise RuntimeError(f"the MCP fork server did not start (exit {proc.returncode})")
+    atexit.register(_stop, proc, folder)
+    return address
 
 
 def _stop(proc: subprocess.Popen[Any], folder: str | None = None) -> None:
