@@ -13,7 +13,9 @@ command is ``python forked.py ADDRESS SCRIPT ARGS...`` (tests/mcp/forked.py): a 
 only the standard library that hands its stdin, stdout and stderr, its arguments, environment
 and folder to this server, passes on the signals it gets (the client's SIGTERM at shutdown) and
 exits as the server exited. Killed outright, its connection closes and the server is killed too.
-``tests/mcp/test_mcp_client.py`` still starts a server the plain way (``forked=False``).
+``tests/mcp/test_mcp_client.py`` still starts a server the plain way (``forked=False``). One
+difference stays: a forked server ends with ``os._exit`` after flushing stdout and stderr, so
+``atexit`` handlers of its script do not run (the test servers register none).
 
     python forkserver.py ADDRESS    # prints "ready" when it listens on the Unix socket ADDRESS
 
@@ -108,9 +110,9 @@ class _Server:
         self.listener.listen(64)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ)
-        self.wakeup_r, wakeup_w = os.pipe()
-        os.set_blocking(wakeup_w, False)
-        signal.set_wakeup_fd(wakeup_w)
+        self.wakeup_r, self.wakeup_w = os.pipe()
+        os.set_blocking(self.wakeup_w, False)
+        signal.set_wakeup_fd(self.wakeup_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.selector.register(self.wakeup_r, selectors.EVENT_READ)
         self.children: dict[int, socket.socket] = {}  # server pid -> its launcher's connection
@@ -152,8 +154,9 @@ class _Server:
         for fd in fds:
             os.close(fd)
         self.children[pid] = conn
-        conn.sendall(f"{pid}\n".encode())
         self.selector.register(conn, selectors.EVENT_READ, pid)
+        with contextlib.suppress(OSError):  # the launcher is gone already: _launcher_gone
+            conn.sendall(f"{pid}\n".encode())
 
     def _child(self, conn: socket.socket, fds: list[int], start: dict[str, Any]) -> int:
         code = 1
@@ -165,6 +168,7 @@ class _Server:
             for sock in (self.listener, conn, *self.children.values()):
                 sock.close()
             os.close(self.wakeup_r)
+            os.close(self.wakeup_w)
             code = _run_server(fds, start)
         finally:
             with contextlib.suppress(Exception):
