@@ -84,7 +84,12 @@ def watch(page: Any, origin: str) -> Watch:
         # (ERR_ABORTED) when the walk moves on first: a navigation, not a failure.
         # The icon's name carries its hash where static files are collected (DEBUG=0).
         icon = re.search(r"/favicon(\.[0-9a-f]+)?\.(svg|ico)$", request.url) is not None
-        if icon and "ERR_ABORTED" in str(request.failure):
+        # The live run page refreshes its sections by fetching itself (static/console/trace.js);
+        # a test that moves on while one is in flight cancels it (ERR_ABORTED, the page's own
+        # cancel): a navigation too. An answer that failed is a status (``response``) or
+        # another net error, and still counts.
+        left_behind = request.resource_type in ("fetch", "xhr")
+        if (icon or left_behind) and "ERR_ABORTED" in str(request.failure):
             return
         if request.url.startswith(origin):
             seen.failed.append(f"{page.url}: {request.failure} {request.url}")
