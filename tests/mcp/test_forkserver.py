@@ -16,7 +16,7 @@ from tests.support.procs import alive
 from tests.support.workers import wait_for
 
 SCRIPT = """
-import os, signal, sys, time
+import os, signal, sys
 print("argv", sys.argv[1:], "cwd", os.getcwd(), "env", os.environ.get("PROBE"), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 line = sys.stdin.readline().strip()
@@ -26,7 +26,7 @@ if line == "sleep":
         sys.exit(7)
     signal.signal(signal.SIGTERM, stop)
     open(sys.argv[1], "w").write(str(os.getpid()))
-    time.sleep(600)  # longer than any wait of these tests
+    signal.pause()  # until a signal ends it: no clock to outlast
 sys.exit(int(line))
 """
 

@@ -237,9 +237,10 @@ def variants(form: Form) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "no-fields", {}
     kinds: set[str] = set()
     for name, values in base.items():
-        if field_kind(name) in kinds:
+        kind_of_field = field_kind(name)
+        if kind_of_field in kinds:
             continue
-        kinds.add(field_kind(name))
+        kinds.add(kind_of_field)
         for kind, value in HOSTILE.items():
             yield f"{name}={kind}", {**base, name: [value]}
         yield f"{name} twice", {**base, name: [*(values or [""]), "<b>another</b>"]}
