@@ -1,7 +1,7 @@
 """The Makefile's commands, as make would run them. `make bench` once failed on every machine
 before running a benchmark: a comma inside ``$(call INSTALL,-e '.[dev,bench]')`` split the
-argument in two, and the shell was handed ``-e '.[dev`` with its quote unclosed. Nothing ran
-that target's install line but `make bench` itself.
+argument in two, and the install line became ``uv pip install ... -e '.[dev; else .venv/bin/pip
+install -e '.[dev``, which uv refused. Nothing ran that line but `make bench` itself.
 
 Dry runs (``make -n -B``: every command printed, none executed) of each phony target: each line
 parses as shell words, and each editable install names extras ``pyproject.toml`` declares;
