@@ -7,9 +7,9 @@ way."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -105,12 +105,10 @@ def _stop(proc: subprocess.Popen[Any], folder: str | None = None) -> None:
         proc.kill()
         proc.wait()
     if folder is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(folder, "s"))
-            os.rmdir(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _command(script: Path, *args: str, forked: bool = True) -> list[str]:
+def server_command(script: Path, *args: str, forked: bool = True) -> list[str]:
     """``python SCRIPT ARGS...``, through the fork server's launcher unless ``forked=False``."""
     if forked:
         return [sys.executable, str(LAUNCHER), forkserver(), str(script), *args]
@@ -119,7 +117,9 @@ def _command(script: Path, *args: str, forked: bool = True) -> list[str]:
 
 def stdio_server(tmp: Path, name: str = "notes", forked: bool = True) -> NotesServer:
     log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
-    command, *args = _command(SERVER, "--log", str(log), "--variant", str(variant), forked=forked)
+    command, *args = server_command(
+        SERVER, "--log", str(log), "--variant", str(variant), forked=forked
+    )
     spec = {
         "name": name,
         "transport": "stdio",
@@ -153,7 +153,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], seconds: float = 3
 
 def http_server(tmp: Path, name: str = "notesweb") -> Iterator[NotesServer]:
     log, variant = tmp / "calls.jsonl", tmp / "variant.txt"
-    for spec in _served(_command(SERVER, "--log", str(log), "--variant", str(variant)), name):
+    for spec in _served(server_command(SERVER, "--log", str(log), "--variant", str(variant)), name):
         yield NotesServer(spec, log, variant)
 
 
@@ -163,7 +163,7 @@ HOSTILE_CASES = ("names", "duplicate-key", "nan", "lone-surrogate")
 def hostile_argv(case: str) -> list[str]:
     """The whole command line of ``hostile_server.py --case <case>`` over stdio (what a
     deployment's ``AGENTCONSOLE_MCP_STDIO_COMMANDS`` must name for it to start)."""
-    return _command(HOSTILE, "--case", case)
+    return server_command(HOSTILE, "--case", case)
 
 
 def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
@@ -174,7 +174,7 @@ def hostile_stdio(case: str, name: str = "hostile") -> dict[str, Any]:
 
 def hostile_http(case: str, name: str = "hostileweb") -> Iterator[dict[str, Any]]:
     """The spec of ``hostile_server.py --case <case>`` over HTTP, while it runs."""
-    yield from _served(_command(HOSTILE, "--case", case), name)
+    yield from _served(server_command(HOSTILE, "--case", case), name)
 
 
 def _served(argv: list[str], name: str) -> Iterator[dict[str, Any]]:

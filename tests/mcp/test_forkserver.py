@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.mcp.mcp_kit import LAUNCHER, forkserver
+from tests.mcp.mcp_kit import server_command
 from tests.support.procs import alive
 from tests.support.workers import wait_for
 
@@ -35,7 +34,7 @@ def _launch(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     script = tmp_path / "server.py"
     script.write_text(SCRIPT)
     return subprocess.Popen(
-        [sys.executable, str(LAUNCHER), forkserver(), str(script), *args],
+        server_command(script, *args),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
